@@ -1,0 +1,12 @@
+import { exchangePace } from './plugin.js'
+
+export { exchangePace }
+export type { ExchangePaceOptions, PaceRefusal } from './plugin.js'
+export { Pace, Reservation, defaultClock } from './pace.js'
+export type { Clock, PaceOptions } from './pace.js'
+export { PaceRegistry } from './registry.js'
+export { PaceTicket } from './ticket.js'
+export type { HeldReservation, PaceOutcome, PaceSpend } from './ticket.js'
+export type { PaceKey, PaceRouteOptions } from './route-config.js'
+export { InvalidRequest } from './keys.js'
+export default exchangePace

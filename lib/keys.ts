@@ -1,0 +1,143 @@
+import { isIPv6 } from 'node:net'
+
+/**
+ * Key extraction: from a request's parts to the string a pace is keyed by. Nothing here knows about
+ * buckets or Fastify; the plugin hands in the header, the body and the address.
+ *
+ * A request whose declared identity cannot be read unambiguously is refused whole (`InvalidRequest`,
+ * answered 400 invalid_request) rather than guessed at: a guess would let a stranger choose which
+ * bucket to spend, or let one request spend none.
+ */
+
+/** The request is malformed in a way the client must fix; `message` is the OAuth error_description. */
+export class InvalidRequest extends Error {
+  override readonly name = 'InvalidRequest'
+}
+
+/** Control characters (C0, DEL, C1): never part of a printable identifier. */
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
+/** Canonical base64 (RFC 4648 section 4), padding included, as RFC 7617 requires. */
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/
+/** base64url without padding, as JWS compact serialisation uses (RFC 7515 section 2). */
+const BASE64URL = /^[A-Za-z0-9_-]*$/
+const BASIC = /^basic +/i
+
+/**
+ * Checks a key a pace will store: a non-empty string of at most `maxLength` characters with no
+ * control characters. `what` names the key's source in the error. Returns the key unchanged.
+ */
+export function checkKey (key: unknown, what: string, maxLength: number): string {
+  if (typeof key !== 'string') throw new InvalidRequest(`${what} must be a string`)
+  if (key.length === 0) throw new InvalidRequest(`${what} must not be empty`)
+  if (key.length > maxLength) throw new InvalidRequest(`${what} is longer than ${maxLength} characters`)
+  if (CONTROL.test(key)) throw new InvalidRequest(`${what} contains non-printable characters`)
+  return key
+}
+
+/** Form-urlencoded decoding of one value (RFC 6749 appendix B): '+' is a space, then percent-decoding. */
+function formDecode (value: string, what: string): string {
+  try {
+    return decodeURIComponent(value.replaceAll('+', ' '))
+  } catch {
+    throw new InvalidRequest(`${what} has a malformed percent-encoding`)
+  }
+}
+
+/**
+ * The client id of an HTTP Basic `Authorization` header (RFC 6749 section 2.3.1), or undefined when
+ * the header is absent or uses another scheme. Malformed Basic credentials are an InvalidRequest.
+ */
+export function basicClientId (authorization: string | undefined): string | undefined {
+  if (authorization === undefined || !BASIC.test(authorization)) return undefined
+  const encoded = authorization.slice(authorization.indexOf(' ')).trim()
+  if (encoded.length === 0 || !BASE64.test(encoded)) throw new InvalidRequest('Basic credentials are not valid base64')
+  const decoded = Buffer.from(encoded, 'base64').toString('utf8')
+  const colon = decoded.indexOf(':')
+  if (colon === -1) throw new InvalidRequest('Basic credentials lack the ":" between client id and secret')
+  return formDecode(decoded.slice(0, colon), 'the Basic client id')
+}
+
+/**
+ * The `sub` claim of a client assertion JWT (RFC 7523 section 3), decoded but not verified: it only
+ * names the bucket, and the handler verifies the signature before accepting the exchange.
+ */
+export function assertionSubject (assertion: unknown): string {
+  if (typeof assertion !== 'string') throw new InvalidRequest('client_assertion must be a single string')
+  const parts = assertion.split('.')
+  if (parts.length !== 3 || !BASE64URL.test(parts[1])) throw new InvalidRequest('client_assertion is not a JWT')
+  let claims: unknown
+  try {
+    claims = JSON.parse(Buffer.from(parts[1], 'base64url').toString('utf8'))
+  } catch {
+    throw new InvalidRequest('client_assertion has an unreadable payload')
+  }
+  const subject = (claims !== null && typeof claims === 'object') ? (claims as { sub?: unknown }).sub : undefined
+  if (typeof subject !== 'string') throw new InvalidRequest('client_assertion has no string sub claim')
+  return subject
+}
+
+/**
+ * The one client id a token request declares, from HTTP Basic, the body's `client_id` and a
+ * `client_assertion`'s `sub`; undefined when it declares none. Declaring two different ids, repeating
+ * a parameter, or an id that fails `checkKey` is an InvalidRequest.
+ */
+export function declaredClientId (authorization: string | undefined, body: unknown, maxLength: number): string | undefined {
+  let id = basicClientId(authorization)
+  if (id !== undefined) checkKey(id, 'the Basic client id', maxLength)
+  if (body === null || typeof body !== 'object' || Buffer.isBuffer(body)) return id
+
+  const params = body as Record<string, unknown>
+  const bodyId = params.client_id
+  if (bodyId !== undefined) {
+    if (Array.isArray(bodyId)) throw new InvalidRequest('client_id is repeated')
+    checkKey(bodyId, 'client_id', maxLength)
+    if (id !== undefined && id !== bodyId) throw new InvalidRequest('the request declares conflicting client ids')
+    id = bodyId as string
+  }
+  const assertion = params.client_assertion
+  if (assertion !== undefined) {
+    if (Array.isArray(assertion)) throw new InvalidRequest('client_assertion is repeated')
+    const subject = checkKey(assertionSubject(assertion), 'the client_assertion sub', maxLength)
+    if (id !== undefined && id !== subject) throw new InvalidRequest('the request declares conflicting client ids')
+    id = subject
+  }
+  return id
+}
+
+/**
+ * The source key of an address: IPv4 as is (IPv4-mapped IPv6 reduced to IPv4), IPv6 reduced to its
+ * first `subnetBits` bits, since one host commonly owns a whole /64 and could otherwise rotate
+ * through addresses to get fresh buckets. The result looks like `2001:db8:1:2::/64`.
+ */
+export function sourceKey (address: string, subnetBits: number): string {
+  const zone = address.indexOf('%')
+  const ip = zone === -1 ? address : address.slice(0, zone)
+  if (!isIPv6(ip)) return ip
+  const groups = ipv6Groups(ip)
+  if (groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff) {
+    return `${groups[6] >> 8}.${groups[6] & 0xff}.${groups[7] >> 8}.${groups[7] & 0xff}`
+  }
+  let bits = subnetBits
+  const kept: string[] = []
+  for (let i = 0; i < 8 && bits > 0; i++, bits -= 16) {
+    const mask = bits >= 16 ? 0xffff : (0xffff << (16 - bits)) & 0xffff
+    kept.push((groups[i] & mask).toString(16))
+  }
+  return `${kept.join(':')}${kept.length < 8 ? '::' : ''}/${subnetBits}`
+}
+
+/** The eight 16-bit groups of a valid IPv6 address (one that `isIPv6` accepts). */
+function ipv6Groups (ip: string): number[] {
+  let text = ip
+  const lastColon = text.lastIndexOf(':')
+  const tail = text.slice(lastColon + 1)
+  if (tail.includes('.')) {
+    const [a, b, c, d] = tail.split('.').map(Number)
+    text = `${text.slice(0, lastColon + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`
+  }
+  const [head, rest] = text.split('::')
+  const front = head === '' ? [] : head.split(':')
+  const back = rest === undefined || rest === '' ? [] : rest.split(':')
+  const zeros = new Array<string>(8 - front.length - back.length).fill('0')
+  return [...front, ...zeros, ...back].map(group => parseInt(group, 16))
+}

@@ -1,0 +1,163 @@
+import { SlotTable } from './slot-table.js'
+
+/** A monotonic clock in milliseconds. Wall-clock time (Date.now) must not be used: a jump would refill or drain buckets. */
+export type Clock = () => number
+
+export interface PaceOptions {
+  /** Units each key may spend per second: a finite number >= 1. The bucket holds one second of it. */
+  perSecond: number
+  /** Monotonic clock in milliseconds. Default: `performance.now`. */
+  now?: Clock
+}
+
+/**
+ * Scaled time: one millisecond is `perSecond` ticks, so one unit refills in exactly `UNIT` ticks and
+ * a bucket holds `UNIT * perSecond` ticks. With an integer rate and an integer-millisecond clock every
+ * stored value is an integer, and a debit or a refund adds or subtracts an exact integer; no
+ * per-unit interval like 1000/3 ms is ever accumulated, so the arithmetic does not drift.
+ */
+const UNIT = 1000
+
+/**
+ * Comparisons forgive this many ticks (a millionth of a unit's thousandth) so that a product like
+ * `now * 7.3` rounded one way cannot turn an exact tie into a refusal. A real shortfall is at least
+ * a whole tick for any clock resolution users give.
+ */
+const SLACK = 1e-6
+
+/** performance.now, bound once so the hot path calls it without a lookup. */
+const monotonic: Clock = performance.now.bind(performance)
+
+export const defaultClock: Clock = monotonic
+
+/**
+ * What one `reserve` decided. When granted, the unit was already debited; `refund()` gives it back.
+ *
+ * `refund` reads no clock: it compares against the time of the reservation, which is never later
+ * than now. A refund that leaves the bucket full as of then removes the row; a bucket that became
+ * full only since then keeps its row until the next sweep, which costs memory for at most one
+ * horizon and changes no decision (a row in the past reads as a full bucket).
+ */
+export class Reservation {
+  /** The unit was there and has been debited. */
+  readonly granted: boolean
+  /** Whole units left in the bucket after this reservation. */
+  readonly remaining: number
+  /** Milliseconds until one unit is available; 0 when granted. */
+  readonly retryAfterMs: number
+  #pace: Pace | null
+  readonly #key: string
+  readonly #at: number
+
+  /** @internal Built by `Pace.reserve` only. */
+  constructor (pace: Pace | null, key: string, at: number, granted: boolean, remaining: number, retryAfterMs: number) {
+    this.#pace = pace
+    this.#key = key
+    this.#at = at
+    this.granted = granted
+    this.remaining = remaining
+    this.retryAfterMs = retryAfterMs
+  }
+
+  /**
+   * Gives the debited unit back, once. A second call, or a call on a refused reservation, does
+   * nothing. The bucket never holds more than its capacity afterwards.
+   */
+  refund (): void {
+    const pace = this.#pace
+    if (pace === null) return
+    this.#pace = null
+    pace._giveBack(this.#key, this.#at)
+  }
+}
+
+/**
+ * A token bucket per key: the pace of a route, for one replica.
+ *
+ * - Capacity: one second of `perSecond`, so a key that was silent for an hour may spend one second's
+ *   worth at once and no more. Refill is continuous: after d ms, d * perSecond / 1000 units are back.
+ * - A row holds one number per key: the scaled time at which that key's bucket is full again (the
+ *   GCRA "theoretical arrival time"). The bucket then holds `perSecond - (row - now)` units.
+ * - A key without a row has a full bucket, and a full bucket has no row: a row whose time has come
+ *   means nothing that a missing row does not, so it may be deleted at any moment. A refund that
+ *   makes a bucket full deletes its row; the sweep deletes the rows that refill made full. Memory
+ *   therefore holds only the keys that spent within the last second (the horizon), however many
+ *   keys were merely named.
+ * - The sweep runs inside `reserve` when the table has doubled since the previous sweep or one
+ *   horizon has passed since it. There is no timer, so a Pace never keeps a process alive.
+ * - `reserve` decides and debits in one step, and `refund` gives back in one step. Each is atomic in
+ *   JavaScript because no `await` sits between its read of a row and its write: concurrent requests
+ *   cannot all see the same unit. There is deliberately no "is there room?" query.
+ */
+export class Pace {
+  readonly perSecond: number
+  readonly #now: Clock
+  /** `perSecond` units, in ticks. */
+  readonly #capacity: number
+  readonly #table = new SlotTable()
+  /** Scaled time of the last sweep, and the table size that triggers the next one. */
+  #sweptAt: number
+  #sweepAtSize = SlotTable.MIN_SLOTS
+
+  constructor (options: PaceOptions) {
+    const { perSecond, now = monotonic } = options ?? {}
+    if (typeof perSecond !== 'number' || !Number.isFinite(perSecond) || perSecond < 1) {
+      throw new TypeError(`exchangepace: perSecond must be a finite number >= 1, got ${String(perSecond)}`)
+    }
+    if (typeof now !== 'function') {
+      throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
+    }
+    this.perSecond = perSecond
+    this.#now = now
+    this.#capacity = UNIT * perSecond
+    this.#sweptAt = now() * perSecond
+  }
+
+  /** Keys that currently have a row (spent within the last horizon and not yet swept). */
+  get size (): number {
+    return this.#table.size
+  }
+
+  /**
+   * Takes one unit from `key`'s bucket if it holds one, and says so. Granted: the unit is debited
+   * and stays spent unless the reservation is refunded. Refused: nothing changes, and
+   * `retryAfterMs` is the exact wait until one unit is back.
+   */
+  reserve (key: string): Reservation {
+    const perSecond = this.perSecond
+    const now = this.#now() * perSecond
+    const table = this.#table
+    if (table.size >= this.#sweepAtSize || now - this.#sweptAt >= this.#capacity) this.#sweep(now)
+
+    const slot = table.slot(key)
+    const full = slot === -1 ? now : Math.max(table.read(slot), now)
+    const after = full + UNIT
+    const shortfall = after - now - this.#capacity
+    if (shortfall > SLACK) {
+      return new Reservation(null, key, now, false, 0, shortfall / perSecond)
+    }
+    if (slot === -1) table.insert(key, after)
+    else table.write(slot, after)
+    return new Reservation(this, key, now, true, Math.floor((SLACK - shortfall) / UNIT), 0)
+  }
+
+  /**
+   * @internal Called once per granted reservation by `Reservation.refund`. Requires that the
+   * reservation debited `key` at scaled time `at`. Removes the row when the bucket is full as of `at`.
+   */
+  _giveBack (key: string, at: number): void {
+    const table = this.#table
+    const slot = table.slot(key)
+    if (slot === -1) return
+    const full = table.read(slot) - UNIT
+    if (full <= at + SLACK) table.remove(key, slot)
+    else table.write(slot, full)
+  }
+
+  /** Deletes the rows that refill has made full. Requires `now` in scaled time. */
+  #sweep (now: number): void {
+    this.#table.removeAtMost(now + SLACK)
+    this.#sweptAt = now
+    this.#sweepAtSize = Math.max(SlotTable.MIN_SLOTS, this.#table.size * 2)
+  }
+}

@@ -1,0 +1,307 @@
+import fp from 'fastify-plugin'
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RouteOptions } from 'fastify'
+import type { Clock, Pace, Reservation } from './pace.js'
+import { InvalidRequest, checkKey, declaredClientId, sourceKey } from './keys.js'
+import { PaceRegistry } from './registry.js'
+import { paceRules, type PaceRouteOptions, type PaceRule } from './route-config.js'
+import { PaceTicket, type HeldReservation } from './ticket.js'
+
+export interface ExchangePaceOptions {
+  /** Monotonic clock in milliseconds handed to every pace. Default: `performance.now`. */
+  now?: Clock
+  /** Prefix length that groups IPv6 sources into one key: an integer 1..128. Default: 64. */
+  ipv6Subnet?: number
+  /** Longest key accepted; a longer declared client id is a 400. An integer >= 1. Default: 255. */
+  maxKeyLength?: number
+  /** Builds the JSON body of a 429. Default: `{ error: 'temporarily_unavailable', error_description }`. */
+  errorResponseBuilder?: (request: FastifyRequest, refusal: PaceRefusal) => object
+}
+
+/** What `errorResponseBuilder` is told about a refusal. */
+export interface PaceRefusal {
+  statusCode: 429
+  /** The pace that refused. */
+  name: string
+  perSecond: number
+  /** Exact wait until one unit is back, in milliseconds. */
+  retryAfterMs: number
+  /** The Retry-After header's value: whole seconds, at least 1. */
+  retryAfter: number
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The paces of this replica by name (exchangepace). */
+    pace: PaceRegistry
+  }
+  interface FastifyRequest {
+    /**
+     * On a route with `config.pace`: what the request holds, and the outcome flag the handler sets
+     * to `'rejected'` when the exchange did not take place. Null on routes without a pace.
+     */
+    pace: PaceTicket | null
+  }
+  interface FastifyContextConfig {
+    /** Paces this route spends from (exchangepace). */
+    pace?: PaceRouteOptions | readonly PaceRouteOptions[]
+  }
+}
+
+/** A route's pace bound to its table, with its header fragments built once. */
+interface BoundPace {
+  readonly rule: PaceRule
+  readonly pace: Pace
+  readKey (request: FastifyRequest): string | undefined
+  /** Its quota headers may be shown to whoever sent the request, whatever the outcome. */
+  readonly public: boolean
+  /** `"name";q=10;w=1` */
+  readonly policyItem: string
+  /** `"name";r=` */
+  readonly quotaPrefix: string
+}
+
+/** A held reservation, with the pace that gave it (for the quota headers). */
+interface Holding extends HeldReservation {
+  readonly bound: BoundPace
+}
+
+const DEFAULTS = { ipv6Subnet: 64, maxKeyLength: 255 }
+
+function checkOptions (options: ExchangePaceOptions): Required<Pick<ExchangePaceOptions, 'ipv6Subnet' | 'maxKeyLength'>> {
+  const { now, ipv6Subnet = DEFAULTS.ipv6Subnet, maxKeyLength = DEFAULTS.maxKeyLength, errorResponseBuilder } = options
+  if (now !== undefined && typeof now !== 'function') throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
+  if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
+  if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
+  if (errorResponseBuilder !== undefined && typeof errorResponseBuilder !== 'function') throw new TypeError(`exchangepace: errorResponseBuilder must be a function, got ${typeof errorResponseBuilder}`)
+  return { ipv6Subnet, maxKeyLength }
+}
+
+/** A structured-field string (RFC 8941): the name is printable ASCII, so only `\` and `"` need escaping. */
+function sfString (text: string): string {
+  return `"${text.replace(/[\\"]/g, '\\$&')}"`
+}
+
+function keyDescription (rule: PaceRule): string {
+  if (rule.key === 'client') return 'declared client id'
+  if (rule.key === 'source') return 'source address'
+  return 'custom key'
+}
+
+/** The sentence every paced route's description gets: the rate, the key, and that it is per replica. */
+function paceSentence (rules: readonly PaceRule[]): string {
+  const parts = rules.map(rule => `${rule.perSecond} requests per second per ${keyDescription(rule)}` +
+    (rule.spend === 'accepted' ? ' (rejected exchanges are refunded)' : ' (every request counts)'))
+  return `Paced by exchangepace: ${parts.join('; ')}. Each rate is per replica: N replicas admit up to N times it.`
+}
+
+function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
+  return {
+    error: 'temporarily_unavailable',
+    error_description: `Too many requests for this ${refusal.name} pace; retry after ${refusal.retryAfter} second${refusal.retryAfter === 1 ? '' : 's'}`
+  }
+}
+
+function sendInvalidRequest (reply: FastifyReply, description: string): void {
+  reply.code(400)
+    .header('cache-control', 'no-store')
+    .header('pragma', 'no-cache')
+    .send({ error: 'invalid_request', error_description: description })
+}
+
+function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOptions, done: (err?: Error) => void): void {
+  const { ipv6Subnet, maxKeyLength } = checkOptions(options)
+  const buildRefusalBody = options.errorResponseBuilder ?? refusalBody
+  const registry = new PaceRegistry(options.now)
+  let keysBySource = false
+  fastify.decorate('pace', registry)
+  fastify.decorateRequest('pace', null)
+
+  const readClient = (request: FastifyRequest): string | undefined =>
+    declaredClientId(request.headers.authorization, request.body, maxKeyLength)
+  const readSource = (request: FastifyRequest): string => sourceKey(request.ip, ipv6Subnet)
+
+  function bind (rule: PaceRule, route: string): BoundPace {
+    const pace = registry._declare(rule, route)
+    const { key } = rule
+    let readKey = readClient
+    if (key === 'source') {
+      readKey = readSource
+      keysBySource = true
+    } else if (typeof key === 'function') {
+      const what = `the key of pace ${JSON.stringify(rule.name)}`
+      readKey = (request) => {
+        const value = key(request)
+        return value === undefined ? undefined : checkKey(value, what, maxKeyLength)
+      }
+    }
+    return {
+      rule,
+      pace,
+      readKey,
+      public: key === 'source',
+      policyItem: `${sfString(rule.name)};q=${rule.perSecond};w=1`,
+      quotaPrefix: `${sfString(rule.name)};r=`
+    }
+  }
+
+  function refuse (request: FastifyRequest, reply: FastifyReply, bound: BoundPace, reservation: Reservation): void {
+    const retryAfter = Math.max(1, Math.ceil(reservation.retryAfterMs / 1000))
+    const refusal: PaceRefusal = { statusCode: 429, name: bound.rule.name, perSecond: bound.rule.perSecond, retryAfterMs: reservation.retryAfterMs, retryAfter }
+    reply.code(429)
+      .header('retry-after', retryAfter)
+      .header('cache-control', 'no-store')
+      .header('pragma', 'no-cache')
+    if (bound.public) {
+      reply.header('ratelimit-policy', bound.policyItem).header('ratelimit', `${bound.quotaPrefix}0;t=1`)
+    }
+    reply.send(buildRefusalBody(request, refusal))
+  }
+
+  /**
+   * Reserves one unit from each of `paces` for `request`, all or nothing: when one refuses or a key
+   * is malformed, what this call took is refunded and the request is answered here.
+   */
+  function reserveAll (paces: readonly BoundPace[], request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+    let ticket = request.pace as PaceTicket<Holding> | null
+    if (ticket === null) {
+      ticket = new PaceTicket<Holding>()
+      request.pace = ticket
+    }
+    const first = ticket.held.length
+    for (const bound of paces) {
+      let key: string | undefined
+      try {
+        key = bound.readKey(request)
+      } catch (err) {
+        ticket._refundFrom(first)
+        if (err instanceof InvalidRequest) return sendInvalidRequest(reply, err.message)
+        return next(err as Error)
+      }
+      if (key === undefined) continue
+      const reservation = bound.pace.reserve(key)
+      if (!reservation.granted) {
+        ticket._refundFrom(first)
+        ticket.refused = true
+        return refuse(request, reply, bound, reservation)
+      }
+      ticket.held.push({ name: bound.rule.name, key, spend: bound.rule.spend, reservation, bound })
+    }
+    next()
+  }
+
+  /** onSend: the quota headers, once the outcome is known. A refusal wrote its own. */
+  function writeQuotaHeaders (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
+    const ticket = request.pace as PaceTicket<Holding> | null
+    if (ticket !== null && !ticket.refused) {
+      const showAll = ticket.outcome === 'accepted'
+      let policy = ''
+      let quota = ''
+      for (const { bound, reservation } of ticket.held) {
+        if (!showAll && !bound.public) continue
+        if (policy !== '') {
+          policy += ', '
+          quota += ', '
+        }
+        policy += bound.policyItem
+        quota += `${bound.quotaPrefix}${reservation.remaining};t=1`
+      }
+      if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
+    }
+    next(null, payload)
+  }
+
+  function settle (request: FastifyRequest, _reply: FastifyReply, next: HookHandlerDoneFunction): void {
+    request.pace?._settle()
+    next()
+  }
+
+  function abort (request: FastifyRequest, next: HookHandlerDoneFunction): void {
+    request.pace?._abort()
+    next()
+  }
+
+  fastify.addHook('onRoute', (routeOptions: RouteOptions) => {
+    const config = routeOptions.config?.pace
+    if (config === undefined) return
+    const route = `${String(routeOptions.method)} ${routeOptions.url}`
+    const rules = paceRules(config, route, routeOptions.url)
+    const bound = rules.map(rule => bind(rule, route))
+    const early = bound.filter(b => b.rule.early)
+    const late = bound.filter(b => !b.rule.early)
+
+    if (early.length > 0) {
+      routeOptions.onRequest = [(request, reply, next) => reserveAll(early, request, reply, next), ...hookList(routeOptions.onRequest)]
+    }
+    if (late.length > 0) {
+      routeOptions.preHandler = [(request, reply, next) => reserveAll(late, request, reply, next), ...hookList(routeOptions.preHandler)]
+    }
+    routeOptions.onSend = [...hookList(routeOptions.onSend), writeQuotaHeaders]
+    routeOptions.onResponse = [settle, ...hookList(routeOptions.onResponse)]
+    if (rules.some(rule => rule.spend === 'accepted')) {
+      routeOptions.onRequestAbort = [abort, ...hookList(routeOptions.onRequestAbort)]
+    }
+    routeOptions.schema = describeRoute(routeOptions.schema, rules)
+  })
+
+  fastify.addHook('onReady', function warnTrustProxy (next) {
+    if (keysBySource && trustsEveryProxy(fastify)) {
+      fastify.log.warn('exchangepace: trustProxy is true and a route is paced by source: request.ip is then the leftmost X-Forwarded-For, which the client writes. Trust only your proxies (a hop count or their addresses).')
+    }
+    next()
+  })
+
+  done()
+}
+
+/**
+ * Whether the server was built with `trustProxy: true`. Fastify keeps its options under a symbol
+ * and leaves trustProxy out of `initialConfig`, so this looks the symbol up by its description.
+ */
+function trustsEveryProxy (fastify: FastifyInstance): boolean {
+  let instance: object | null = fastify
+  while (instance !== null) {
+    const symbol = Object.getOwnPropertySymbols(instance).find(s => s.description === 'fastify.options')
+    if (symbol !== undefined) return (instance as Record<symbol, { trustProxy?: unknown }>)[symbol].trustProxy === true
+    instance = Object.getPrototypeOf(instance) as object | null
+  }
+  /* c8 ignore next: every Fastify 5 instance carries the symbol; a future one without it gets no warning */
+  return false
+}
+
+/** A route's hooks of one kind as a new array, so the caller's own array is never modified. */
+function hookList<T> (hooks: T | T[] | undefined): T[] {
+  if (hooks === undefined) return []
+  return Array.isArray(hooks) ? hooks : [hooks]
+}
+
+/**
+ * The route's schema with the per-replica statement added: the description sentence (after the
+ * route's own), an `x-exchangepace` extension, and the 429 response. A new object: the HEAD route
+ * Fastify derives from a GET shares the original.
+ */
+function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[]): RouteOptions['schema'] {
+  const own = (schema ?? {}) as Record<string, unknown>
+  const sentence = paceSentence(rules)
+  const description = typeof own.description === 'string' && own.description !== '' ? `${own.description} ${sentence}` : sentence
+  const response = (own.response ?? {}) as Record<string, unknown>
+  return {
+    ...own,
+    description,
+    'x-exchangepace': {
+      scope: 'per replica',
+      paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, key: keyDescription(rule), spend: rule.spend }))
+    },
+    response: {
+      ...response,
+      429: response[429] ?? {
+        description: 'Too many requests: the pace is spent (per replica). Retry after the Retry-After header, in seconds.',
+        type: 'object',
+        properties: { error: { type: 'string' }, error_description: { type: 'string' } },
+        additionalProperties: true
+      }
+    }
+  } as RouteOptions['schema']
+}
+
+/** The exchangepace plugin: register it once, before the routes it paces. */
+export const exchangePace = fp(exchangePacePlugin, { name: 'exchangepace', fastify: '5.x' })

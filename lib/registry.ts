@@ -1,0 +1,46 @@
+import { Pace, type Clock } from './pace.js'
+import type { PaceRule } from './route-config.js'
+
+/**
+ * `fastify.pace`: the paces of this replica, one per name. Routes naming the same pace share its
+ * table, so they must agree on its rate and on the kind of key stored in it.
+ */
+export class PaceRegistry {
+  readonly #paces = new Map<string, { pace: Pace, keyKind: string }>()
+  readonly #now: Clock | undefined
+
+  constructor (now: Clock | undefined) {
+    this.#now = now
+  }
+
+  /** The pace named `name`, or undefined when no route declared it. */
+  get (name: string): Pace | undefined {
+    return this.#paces.get(name)?.pace
+  }
+
+  /** Names of every declared pace. */
+  names (): string[] {
+    return [...this.#paces.keys()]
+  }
+
+  /**
+   * @internal The pace of `rule`, created on first use. Throws a TypeError naming `route` when the
+   * name is already taken at another rate or for another kind of key.
+   */
+  _declare (rule: PaceRule, route: string): Pace {
+    const keyKind = typeof rule.key === 'string' ? rule.key : 'function'
+    const known = this.#paces.get(rule.name)
+    if (known === undefined) {
+      const pace = new Pace({ perSecond: rule.perSecond, now: this.#now })
+      this.#paces.set(rule.name, { pace, keyKind })
+      return pace
+    }
+    if (known.pace.perSecond !== rule.perSecond) {
+      throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is declared with perSecond ${known.pace.perSecond} elsewhere, got ${rule.perSecond}`)
+    }
+    if (known.keyKind !== keyKind) {
+      throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is keyed by ${known.keyKind} elsewhere, got key ${keyKind}`)
+    }
+    return known.pace
+  }
+}

@@ -1,0 +1,76 @@
+import type { Reservation } from './pace.js'
+
+/** How a reservation is spent: see `PaceRouteOptions.spend`. */
+export type PaceSpend = 'accepted' | 'every'
+
+/** What the route handler says happened: `'rejected'` when the exchange did not take place. */
+export type PaceOutcome = 'accepted' | 'rejected'
+
+/** One unit a request holds from one pace. */
+export interface HeldReservation {
+  /** The pace's name (its table in `fastify.pace`). */
+  readonly name: string
+  /** The key the unit was taken from: a declared client id, a source, or a custom key. */
+  readonly key: string
+  readonly spend: PaceSpend
+  readonly reservation: Reservation
+}
+
+/**
+ * `request.pace` on a paced route: what the request holds and the outcome the handler reports.
+ *
+ * Settlement happens once. At settlement, when the outcome is `'rejected'`, every reservation spent
+ * `'accepted'` is refunded; everything else stays spent. The plugin settles when the response has
+ * been sent (onResponse). A request whose client went away never gets onResponse, so an abort marks
+ * the ticket and settles it as soon as the outcome is known to be `'rejected'`: otherwise a stranger
+ * could hang up before the answer to make a failed exchange count against the client it named.
+ * A ticket that is never settled keeps its units spent.
+ */
+export class PaceTicket<Held extends HeldReservation = HeldReservation> {
+  /** The units this request holds, in the order they were taken. */
+  readonly held: Held[] = []
+  /** Set when a pace refused the request: the handler did not run. */
+  refused = false
+  #outcome: PaceOutcome = 'accepted'
+  #settled = false
+  #aborted = false
+
+  /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
+  get outcome (): PaceOutcome {
+    return this.#outcome
+  }
+
+  set outcome (value: PaceOutcome) {
+    if (value !== 'accepted' && value !== 'rejected') {
+      throw new TypeError(`exchangepace: request.pace.outcome must be 'accepted' or 'rejected', got ${String(value)}`)
+    }
+    this.#outcome = value
+    if (this.#aborted) this._settle()
+  }
+
+  /** Whether the reservations have been committed or refunded. */
+  get settled (): boolean {
+    return this.#settled
+  }
+
+  /** @internal The client went away before a response: settle now if the outcome is already known. */
+  _abort (): void {
+    this.#aborted = true
+    if (this.#outcome === 'rejected') this._settle()
+  }
+
+  /** @internal A pace refused the request: refunds what the same hook took before it, from `first` on. */
+  _refundFrom (first: number): void {
+    for (let i = first; i < this.held.length; i++) this.held[i].reservation.refund()
+  }
+
+  /** @internal Commits or refunds, once. */
+  _settle (): void {
+    if (this.#settled) return
+    this.#settled = true
+    if (this.#outcome !== 'rejected') return
+    for (const held of this.held) {
+      if (held.spend === 'accepted') held.reservation.refund()
+    }
+  }
+}
