@@ -9,4 +9,7 @@ export { PaceTicket } from './ticket.js'
 export type { HeldReservation, PaceOutcome, PaceSpend } from './ticket.js'
 export type { PaceKey, PaceRouteOptions } from './route-config.js'
 export { InvalidRequest } from './keys.js'
+export { RedisStore } from './redis-store.js'
+export type { RedisStoreOptions, RedisClientLike, RedisUnavailable } from './redis-store.js'
+export type { PaceStore, SharedPace, PaceReservation } from './store.js'
 export default exchangePace

@@ -1,10 +1,11 @@
 import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RouteOptions } from 'fastify'
-import type { Clock, Pace, Reservation } from './pace.js'
+import type { Clock, Pace } from './pace.js'
 import { InvalidRequest, checkKey, declaredClientId, sourceKey } from './keys.js'
 import { PaceRegistry } from './registry.js'
 import { paceRules, type PaceRouteOptions, type PaceRule } from './route-config.js'
 import { PaceTicket, type HeldReservation } from './ticket.js'
+import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 export interface ExchangePaceOptions {
   /** Monotonic clock in milliseconds handed to every pace. Default: `performance.now`. */
@@ -15,6 +16,11 @@ export interface ExchangePaceOptions {
   maxKeyLength?: number
   /** Builds the JSON body of a 429. Default: `{ error: 'temporarily_unavailable', error_description }`. */
   errorResponseBuilder?: (request: FastifyRequest, refusal: PaceRefusal) => object
+  /**
+   * Where the paces live. Default: this replica's memory, so each rate holds per replica. A shared
+   * store (`RedisStore`) makes each rate hold over all replicas together.
+   */
+  store?: PaceStore
 }
 
 /** What `errorResponseBuilder` is told about a refusal. */
@@ -50,7 +56,10 @@ declare module 'fastify' {
 /** A route's pace bound to its table, with its header fragments built once. */
 interface BoundPace {
   readonly rule: PaceRule
+  /** This replica's pace of that name: the table itself, or a shared store's fallback. */
   readonly pace: Pace
+  /** The shared store's pace, or null for the in-process default. */
+  readonly shared: SharedPace | null
   readKey (request: FastifyRequest): string | undefined
   /** Its quota headers may be shown to whoever sent the request, whatever the outcome. */
   readonly public: boolean
@@ -73,6 +82,10 @@ function checkOptions (options: ExchangePaceOptions): Required<Pick<ExchangePace
   if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
   if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
   if (errorResponseBuilder !== undefined && typeof errorResponseBuilder !== 'function') throw new TypeError(`exchangepace: errorResponseBuilder must be a function, got ${typeof errorResponseBuilder}`)
+  const { store } = options
+  if (store !== undefined && (store === null || typeof store.pace !== 'function' || typeof store.scope !== 'string')) {
+    throw new TypeError('exchangepace: store must be a PaceStore such as RedisStore')
+  }
   return { ipv6Subnet, maxKeyLength }
 }
 
@@ -87,11 +100,20 @@ function keyDescription (rule: PaceRule): string {
   return 'custom key'
 }
 
-/** The sentence every paced route's description gets: the rate, the key, and that it is per replica. */
-function paceSentence (rules: readonly PaceRule[]): string {
+/** Where the rate holds without a shared store. */
+const PER_REPLICA = 'per replica'
+
+/**
+ * The sentence every paced route's description gets: the rate, the key, and the scope over which
+ * the rate holds (per replica by default, or the shared store's).
+ */
+function paceSentence (rules: readonly PaceRule[], scope: string): string {
   const parts = rules.map(rule => `${rule.perSecond} requests per second per ${keyDescription(rule)}` +
     (rule.spend === 'accepted' ? ' (rejected exchanges are refunded)' : ' (every request counts)'))
-  return `Paced by exchangepace: ${parts.join('; ')}. Each rate is per replica: N replicas admit up to N times it.`
+  const holds = scope === PER_REPLICA
+    ? 'Each rate is per replica: N replicas admit up to N times it.'
+    : `Each rate is ${scope}; while the store is unavailable it falls back to per replica.`
+  return `Paced by exchangepace: ${parts.join('; ')}. ${holds}`
 }
 
 function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
@@ -137,6 +159,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     return {
       rule,
       pace,
+      shared: options.store?.pace(rule.name, rule.perSecond, pace, fastify.log) ?? null,
       readKey,
       public: key === 'source',
       policyItem: `${sfString(rule.name)};q=${rule.perSecond};w=1`,
@@ -144,7 +167,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     }
   }
 
-  function refuse (request: FastifyRequest, reply: FastifyReply, bound: BoundPace, reservation: Reservation): void {
+  function refuse (request: FastifyRequest, reply: FastifyReply, bound: BoundPace, reservation: PaceReservation): void {
     const retryAfter = Math.max(1, Math.ceil(reservation.retryAfterMs / 1000))
     const refusal: PaceRefusal = { statusCode: 429, name: bound.rule.name, perSecond: bound.rule.perSecond, retryAfterMs: reservation.retryAfterMs, retryAfter }
     reply.code(429)
@@ -159,7 +182,9 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
 
   /**
    * Reserves one unit from each of `paces` for `request`, all or nothing: when one refuses or a key
-   * is malformed, what this call took is refunded and the request is answered here.
+   * is malformed, what this hook took is refunded and the request is answered here. In-process
+   * paces answer synchronously, so the common path allocates no promise; a shared store's answer
+   * continues the same loop from where it stopped.
    */
   function reserveAll (paces: readonly BoundPace[], request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
     let ticket = request.pace as PaceTicket<Holding> | null
@@ -167,8 +192,13 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       ticket = new PaceTicket<Holding>()
       request.pace = ticket
     }
-    const first = ticket.held.length
-    for (const bound of paces) {
+    reserveFrom(paces, 0, ticket, ticket.held.length, request, reply, next)
+  }
+
+  function reserveFrom (paces: readonly BoundPace[], start: number, ticket: PaceTicket<Holding>, first: number,
+    request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+    for (let i = start; i < paces.length; i++) {
+      const bound = paces[i]
       let key: string | undefined
       try {
         key = bound.readKey(request)
@@ -178,15 +208,29 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
         return next(err as Error)
       }
       if (key === undefined) continue
-      const reservation = bound.pace.reserve(key)
-      if (!reservation.granted) {
-        ticket._refundFrom(first)
-        ticket.refused = true
-        return refuse(request, reply, bound, reservation)
+      if (bound.shared !== null) {
+        const held = key
+        bound.shared.reserve(key).then(reservation => {
+          if (hold(ticket, first, bound, held, reservation, request, reply)) reserveFrom(paces, i + 1, ticket, first, request, reply, next)
+        }, next)
+        return
       }
-      ticket.held.push({ name: bound.rule.name, key, spend: bound.rule.spend, reservation, bound })
+      if (!hold(ticket, first, bound, key, bound.pace.reserve(key), request, reply)) return
     }
     next()
+  }
+
+  /** Keeps a granted unit on the ticket; on a refusal refunds this hook's units and answers 429. */
+  function hold (ticket: PaceTicket<Holding>, first: number, bound: BoundPace, key: string, reservation: PaceReservation,
+    request: FastifyRequest, reply: FastifyReply): boolean {
+    if (!reservation.granted) {
+      ticket._refundFrom(first)
+      ticket.refused = true
+      refuse(request, reply, bound, reservation)
+      return false
+    }
+    ticket.held.push({ name: bound.rule.name, key, spend: bound.rule.spend, reservation, bound })
+    return true
   }
 
   /** onSend: the quota headers, once the outcome is known. A refusal wrote its own. */
@@ -240,7 +284,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     if (rules.some(rule => rule.spend === 'accepted')) {
       routeOptions.onRequestAbort = [abort, ...hookList(routeOptions.onRequestAbort)]
     }
-    routeOptions.schema = describeRoute(routeOptions.schema, rules)
+    routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store?.scope ?? PER_REPLICA)
   })
 
   fastify.addHook('onReady', function warnTrustProxy (next) {
@@ -279,22 +323,22 @@ function hookList<T> (hooks: T | T[] | undefined): T[] {
  * route's own), an `x-exchangepace` extension, and the 429 response. A new object: the HEAD route
  * Fastify derives from a GET shares the original.
  */
-function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[]): RouteOptions['schema'] {
+function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[], scope: string): RouteOptions['schema'] {
   const own = (schema ?? {}) as Record<string, unknown>
-  const sentence = paceSentence(rules)
+  const sentence = paceSentence(rules, scope)
   const description = typeof own.description === 'string' && own.description !== '' ? `${own.description} ${sentence}` : sentence
   const response = (own.response ?? {}) as Record<string, unknown>
   return {
     ...own,
     description,
     'x-exchangepace': {
-      scope: 'per replica',
+      scope,
       paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, key: keyDescription(rule), spend: rule.spend }))
     },
     response: {
       ...response,
       429: response[429] ?? {
-        description: 'Too many requests: the pace is spent (per replica). Retry after the Retry-After header, in seconds.',
+        description: `Too many requests: the pace is spent (${scope}). Retry after the Retry-After header, in seconds.`,
         type: 'object',
         properties: { error: { type: 'string' }, error_description: { type: 'string' } },
         additionalProperties: true

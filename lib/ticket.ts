@@ -1,4 +1,4 @@
-import type { Reservation } from './pace.js'
+import type { PaceReservation } from './store.js'
 
 /** How a reservation is spent: see `PaceRouteOptions.spend`. */
 export type PaceSpend = 'accepted' | 'every'
@@ -13,7 +13,7 @@ export interface HeldReservation {
   /** The key the unit was taken from: a declared client id, a source, or a custom key. */
   readonly key: string
   readonly spend: PaceSpend
-  readonly reservation: Reservation
+  readonly reservation: PaceReservation
 }
 
 /**

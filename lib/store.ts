@@ -1,0 +1,34 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { Pace } from './pace.js'
+
+/** What a reservation from any store offers: the decision, and the way to give the unit back. */
+export interface PaceReservation {
+  /** The unit was there and has been debited. */
+  readonly granted: boolean
+  /** Whole units left in the bucket after this reservation. */
+  readonly remaining: number
+  /** Milliseconds until one unit is available; 0 when granted. */
+  readonly retryAfterMs: number
+  /** Gives the unit back, once; refunds it in the store that granted it. */
+  refund (): void
+}
+
+/** One pace of a shared store, as the plugin uses it. */
+export interface SharedPace {
+  /** Decides and debits in one step, in the shared store (or in the fallback it chose). Never rejects. */
+  reserve (key: string): Promise<PaceReservation>
+}
+
+/**
+ * A store that holds paces for every replica at once, so that the declared rate holds in total.
+ * Without one, each pace lives in the replica's memory and the rate holds per replica.
+ */
+export interface PaceStore {
+  /** Over what the declared rate holds, for route descriptions: e.g. 'shared by all replicas'. */
+  readonly scope: string
+  /**
+   * The pace `name` at `perSecond`. `local` is this replica's own pace of that name, for a store
+   * that falls back to it while it is unavailable; `log` is Fastify's logger.
+   */
+  pace (name: string, perSecond: number, local: Pace, log: FastifyBaseLogger): SharedPace
+}
