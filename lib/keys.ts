@@ -20,7 +20,8 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/
 /** base64url without padding, as JWS compact serialisation uses (RFC 7515 section 2). */
 const BASE64URL = /^[A-Za-z0-9_-]*$/
-const BASIC = /^basic +/i
+/** The Basic scheme, case-insensitive, with or without credentials after it (a bare "Basic" is malformed, not absent). */
+const BASIC = /^basic(?: |$)/i
 
 /**
  * Checks a key a pace will store: a non-empty string of at most `maxLength` characters with no
@@ -49,7 +50,7 @@ function formDecode (value: string, what: string): string {
  */
 export function basicClientId (authorization: string | undefined): string | undefined {
   if (authorization === undefined || !BASIC.test(authorization)) return undefined
-  const encoded = authorization.slice(authorization.indexOf(' ')).trim()
+  const encoded = authorization.slice('basic'.length).trim()
   if (encoded.length === 0 || !BASE64.test(encoded)) throw new InvalidRequest('Basic credentials are not valid base64')
   const decoded = Buffer.from(encoded, 'base64').toString('utf8')
   const colon = decoded.indexOf(':')

@@ -102,7 +102,8 @@ export class Pace {
   constructor (options: PaceOptions) {
     const { perSecond, now = monotonic } = options ?? {}
     if (typeof perSecond !== 'number' || !Number.isFinite(perSecond) || perSecond < 1) {
-      throw new TypeError(`exchangepace: perSecond must be a finite number >= 1, got ${String(perSecond)}`)
+      const got = typeof perSecond === 'string' ? JSON.stringify(perSecond) : String(perSecond)
+      throw new TypeError(`exchangepace: perSecond must be a finite number >= 1, got ${got}`)
     }
     if (typeof now !== 'function') {
       throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)

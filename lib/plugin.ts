@@ -131,7 +131,13 @@ function sendInvalidRequest (reply: FastifyReply, description: string): void {
 }
 
 function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOptions, done: (err?: Error) => void): void {
-  const { ipv6Subnet, maxKeyLength } = checkOptions(options)
+  let checked: ReturnType<typeof checkOptions>
+  try {
+    checked = checkOptions(options)
+  } catch (err) {
+    return done(err as Error)
+  }
+  const { ipv6Subnet, maxKeyLength } = checked
   const buildRefusalBody = options.errorResponseBuilder ?? refusalBody
   const registry = new PaceRegistry(options.now)
   let keysBySource = false

@@ -49,6 +49,8 @@ const PRINTABLE_ASCII = /^[\x20-\x7e]+$/
 function describe (value: unknown): string {
   if (typeof value === 'function') return 'a function'
   if (typeof value === 'string') return JSON.stringify(value)
+  // JSON would print NaN and Infinity as null.
+  if (typeof value === 'number') return String(value)
   try {
     return JSON.stringify(value) ?? String(value)
   } catch {

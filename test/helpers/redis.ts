@@ -1,0 +1,25 @@
+import { Redis } from 'ioredis'
+
+/**
+ * A client of the Redis server the tests use (REDIS_URL, default 127.0.0.1:6379), or the reason
+ * there is none. Under CI a missing Redis fails the run: .ci/run makes sure one answers.
+ */
+export async function connectRedis (): Promise<{ client: Redis } | { skip: string }> {
+  const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+  const client = new Redis(url, { lazyConnect: true, enableAutoPipelining: true, maxRetriesPerRequest: 1, connectTimeout: 1000, retryStrategy: () => null })
+  try {
+    await client.connect()
+    await client.ping()
+    return { client }
+  } catch (err) {
+    client.disconnect()
+    const reason = `no Redis server answers at ${url} (${(err as Error).message}); start one to run these tests`
+    if (process.env.CI !== undefined && process.env.CI !== '' && process.env.CI !== 'false') throw new Error(`CI needs Redis: ${reason}`)
+    return { skip: reason }
+  }
+}
+
+/** A prefix no other test run uses, so parallel test files never see each other's keys. */
+export function uniquePrefix (label: string): string {
+  return `exchangepace-test:${label}:${process.pid}:${Date.now()}:`
+}

@@ -1,0 +1,170 @@
+import t from 'tap'
+import Fastify, { type FastifyInstance } from 'fastify'
+import formbody from '@fastify/formbody'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { createServer } from 'node:net'
+import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Redis } from 'ioredis'
+import exchangePace, { RedisStore } from '../lib/index.js'
+import { connectRedis, uniquePrefix } from './helpers/redis.js'
+
+// The plugin on a RedisStore, over a real Redis: replicas share one pace, strangers leave nothing
+// in Redis, and a Redis that stops and comes back is survived without a single 5xx.
+
+const SECRET = 'reporting-secret'
+
+async function tokenServer (store: RedisStore, logLines: Array<Record<string, unknown>> = []): Promise<FastifyInstance> {
+  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { logLines.push(JSON.parse(line)) } } }, disableRequestLogging: true })
+  await app.register(formbody)
+  await app.register(exchangePace, { store })
+  app.post('/token', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
+    const { client_secret: secret } = request.body as Record<string, string>
+    if (secret !== SECRET) {
+      request.pace!.outcome = 'rejected'
+      return reply.code(401).send({ error: 'invalid_client' })
+    }
+    return { access_token: 'token', token_type: 'Bearer' }
+  })
+  await app.ready()
+  return app
+}
+
+const exchange = (app: FastifyInstance, clientId: string, secret = SECRET) => app.inject({
+  method: 'POST',
+  url: '/token',
+  headers: { 'content-type': 'application/x-www-form-urlencoded' },
+  payload: `grant_type=client_credentials&client_id=${encodeURIComponent(clientId)}&client_secret=${secret}`
+})
+
+const connection = await connectRedis()
+if ('skip' in connection) {
+  t.skip(connection.skip)
+} else {
+  const { client } = connection
+  t.teardown(() => client.quit())
+
+  t.test('two replicas sharing one Redis admit the declared rate in total, not twice it', async t => {
+    const prefix = uniquePrefix('replicas')
+    const replicas = [await tokenServer(new RedisStore({ client, prefix })), await tokenServer(new RedisStore({ client, prefix }))]
+    t.teardown(() => Promise.all(replicas.map(app => app.close())))
+    const responses = await Promise.all(Array.from({ length: 40 }, (_, i) => exchange(replicas[i % 2], 'reporting')))
+    t.equal(responses.filter(r => r.statusCode === 200).length, 5)
+    t.equal(responses.filter(r => r.statusCode === 429).length, 35)
+    t.equal(replicas[0].pace.get('/token')!.size + replicas[1].pace.get('/token')!.size, 0, 'nothing fell back to memory')
+  })
+
+  t.test('strangers naming a client id with a wrong secret leave it its pace and leave no keys in Redis', async t => {
+    const prefix = uniquePrefix('strangers')
+    const app = await tokenServer(new RedisStore({ client, prefix }))
+    t.teardown(() => app.close())
+    const strangers = await Promise.all(Array.from({ length: 200 }, () => exchange(app, 'reporting', 'guess')))
+    t.ok(strangers.every(r => r.statusCode === 401 || r.statusCode === 429))
+    const random = await Promise.all(Array.from({ length: 200 }, (_, i) => exchange(app, `random-${i}`, 'guess')))
+    t.ok(random.every(r => r.statusCode === 401))
+    await client.ping()
+    t.same(await client.keys(`${prefix}*`), [], 'every refunded bucket was full again: no key')
+    const owner = await Promise.all(Array.from({ length: 5 }, () => exchange(app, 'reporting')))
+    t.same(owner.map(r => r.statusCode), [200, 200, 200, 200, 200], 'the client still has its whole second')
+    t.equal(owner[0].headers.ratelimit, '"/token";r=4;t=1', "the client reads its own quota")
+  })
+
+  t.test('a key a client spent expires within one second', async t => {
+    const prefix = uniquePrefix('expiry')
+    const app = await tokenServer(new RedisStore({ client, prefix }))
+    t.teardown(() => app.close())
+    await exchange(app, 'reporting')
+    const ttl = await client.pttl(`${prefix}/token:reporting`)
+    t.ok(ttl > 0 && ttl <= 1000, `PTTL ${ttl}`)
+  })
+
+  const redisServer = spawnSync('redis-server', ['--version']).status === 0
+  t.test('Redis stopped mid-run: requests flow on the per-replica fallback, one warning, and Redis is picked up again', { skip: redisServer ? false : 'redis-server is not installed' }, async t => {
+    const port = await freePort()
+    let server = await startRedis(port)
+    t.teardown(() => { server.kill('SIGKILL') })
+    const own = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1, retryStrategy: () => 20 })
+    t.teardown(() => own.disconnect())
+    const logLines: Array<Record<string, unknown>> = []
+    const store = new RedisStore({ client: own, timeoutMs: 50, retryMs: 50 })
+    const app = await tokenServer(store, logLines)
+    t.teardown(() => app.close())
+
+    t.equal((await exchange(app, 'reporting')).statusCode, 200)
+    t.equal(await own.exists('exchangepace:/token:reporting'), 1, 'the unit was taken in Redis')
+
+    server.kill('SIGKILL')
+    await once(server, 'exit')
+    const during = []
+    for (let i = 0; i < 8; i++) during.push((await exchange(app, i % 2 === 0 ? 'reporting' : 'stranger', i % 2 === 0 ? SECRET : 'guess')).statusCode)
+    t.same(during.filter(code => code >= 500), [], 'no request failed because of the store')
+    t.ok(during.includes(200), 'the client was served from memory')
+    t.ok(store.unavailable)
+    t.equal(app.pace.get('/token')!.size, 1, 'only the spender has a row in memory; the stranger was refunded there')
+    const warnings = logLines.filter(line => line.level === 40)
+    t.equal(warnings.length, 1, 'one warning for the whole outage')
+    t.match(warnings[0].msg, /Redis store unavailable .*pacing per replica in memory/)
+
+    server = await startRedis(port)
+    for (let i = 0; i < 100 && own.status !== 'ready'; i++) await sleep(20)
+    await sleep(60)
+    t.equal((await exchange(app, 'back')).statusCode, 200)
+    t.notOk(store.unavailable, 'Redis answered: the store is shared again')
+    t.equal(await own.exists('exchangepace:/token:back'), 1, 'the unit was taken in Redis')
+    t.ok(logLines.some(line => line.level === 30 && /answers again/.test(String(line.msg))))
+  })
+
+  t.test('a unit granted by the fallback is refunded in memory, never in Redis', { skip: redisServer ? false : 'redis-server is not installed' }, async t => {
+    const port = await freePort()
+    let server = await startRedis(port)
+    t.teardown(() => { server.kill('SIGKILL') })
+    const own = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1, retryStrategy: () => 20 })
+    t.teardown(() => own.disconnect())
+    const store = new RedisStore({ client: own, timeoutMs: 50, retryMs: 50 })
+    const app = await tokenServer(store)
+    t.teardown(() => app.close())
+    const local = app.pace.get('/token')!
+    const shared = store.pace('/token', 5, local, app.log)
+
+    await own.set('exchangepace:/token:held', String(Date.now() + 10_000), 'PX', 10_000)
+    server.kill('SIGKILL')
+    await once(server, 'exit')
+    const held = await shared.reserve('held')
+    t.ok(held.granted)
+    t.equal(local.size, 1)
+
+    server = await startRedis(port)
+    for (let i = 0; i < 100 && own.status !== 'ready'; i++) await sleep(20)
+    await own.set('exchangepace:/token:held', 'sentinel', 'PX', 10_000)
+    held.refund()
+    await own.ping()
+    t.equal(local.size, 0, 'refunded in memory')
+    t.equal(await own.get('exchangepace:/token:held'), 'sentinel', 'Redis untouched')
+  })
+}
+
+async function freePort (): Promise<number> {
+  const probe = createServer()
+  probe.listen(0, '127.0.0.1')
+  await once(probe, 'listening')
+  const { port } = probe.address() as { port: number }
+  probe.close()
+  await once(probe, 'close')
+  return port
+}
+
+async function startRedis (port: number): Promise<ChildProcess> {
+  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
+  for (let i = 0; i < 100; i++) {
+    try {
+      await probe.connect()
+      await probe.ping()
+      probe.disconnect()
+      return server
+    } catch {
+      await sleep(20)
+    }
+  }
+  throw new Error(`redis-server did not answer on port ${port}`)
+}

@@ -1,0 +1,235 @@
+import t from 'tap'
+import Fastify, { type FastifyBaseLogger } from 'fastify'
+import { setTimeout as sleep } from 'node:timers/promises'
+import exchangePace, { Pace, RedisStore, type PaceStore, type RedisClientLike } from '../lib/index.js'
+
+// The store's JavaScript side against a scripted client: every path Redis can take (answers,
+// refusals, errors, silence, late answers) without a server. test/redis-*.test.ts run the Lua
+// scripts against a real Redis.
+
+type Reply = [number, number, string]
+
+interface Call { key: string, perSecond: number, resolve: (reply: Reply) => void, reject: (err: Error) => void }
+
+class ScriptedClient implements RedisClientLike {
+  readonly scripts = new Map<string, string>()
+  readonly reserves: Call[] = []
+  readonly refunds: string[] = []
+  refundFails = false
+
+  defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void {
+    this.scripts.set(name, definition.lua)
+  }
+
+  exchangepaceReserve (key: string, perSecond: number): Promise<Reply> {
+    return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve, reject }) })
+  }
+
+  exchangepaceRefund (key: string): Promise<number> {
+    this.refunds.push(key)
+    return this.refundFails ? Promise.reject(new Error('connection lost')) : Promise.resolve(1)
+  }
+}
+
+function recordingLog (): { log: FastifyBaseLogger, lines: Array<[string, string]> } {
+  const lines: Array<[string, string]> = []
+  const record = (level: string) => (objOrMsg: unknown, msg?: string) => {
+    lines.push([level, typeof objOrMsg === 'string' ? objOrMsg : String(msg)])
+  }
+  const log = { warn: record('warn'), info: record('info'), debug: record('debug') } as unknown as FastifyBaseLogger
+  return { log, lines }
+}
+
+function setup (options: Partial<ConstructorParameters<typeof RedisStore>[0]> = {}) {
+  const client = new ScriptedClient()
+  const store = new RedisStore({ client, timeoutMs: 20, retryMs: 30, ...options })
+  let now = 0
+  const local = new Pace({ perSecond: 2, now: () => now })
+  const { log, lines } = recordingLog()
+  const pace = store.pace('/token', 2, local, log)
+  return { client, store, local, pace, lines, tick: (ms: number) => { now += ms } }
+}
+
+t.test('constructor rejects what is not an ioredis client or a valid option, naming it', async t => {
+  const client = new ScriptedClient()
+  t.throws(() => new RedisStore(undefined as never), { name: 'TypeError', message: /client must be an ioredis client/ })
+  t.throws(() => new RedisStore({ client: {} as never }), { message: /client must be an ioredis client/ })
+  t.throws(() => new RedisStore({ client: null as never }), { message: /client must be an ioredis client/ })
+  t.throws(() => new RedisStore({ client, prefix: 5 as never }), { message: 'exchangepace: RedisStore prefix must be a string, got number' })
+  t.throws(() => new RedisStore({ client, timeoutMs: 0 }), { message: 'exchangepace: RedisStore timeoutMs must be a number > 0, got 0' })
+  t.throws(() => new RedisStore({ client, retryMs: Number.NaN }), { message: 'exchangepace: RedisStore retryMs must be a number > 0, got NaN' })
+  t.throws(() => new RedisStore({ client, whenUnavailable: 'maybe' as never }), { message: /whenUnavailable must be 'fallback', 'open' or 'closed', got maybe/ })
+})
+
+t.test('the store loads one script per operation and keys buckets as prefix + name + ":" + key', async t => {
+  const { client, store, pace } = setup()
+  t.same([...client.scripts.keys()], ['exchangepaceReserve', 'exchangepaceRefund'])
+  t.match(client.scripts.get('exchangepaceReserve'), /redis\.call\('TIME'\)/, 'the clock is the server\'s')
+  t.equal(store.prefix, 'exchangepace:')
+  t.equal(store.scope, 'shared by all replicas (Redis)')
+  const reserving = pace.reserve('reporting')
+  t.same(client.reserves.map(c => [c.key, c.perSecond]), [['exchangepace:/token:reporting', 2]])
+  client.reserves[0].resolve([1, 1, '0'])
+  await reserving
+})
+
+t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
+  const { client, pace } = setup()
+  const reserving = pace.reserve('reporting')
+  client.reserves[0].resolve([1, 1, '0'])
+  const reservation = await reserving
+  t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [true, 1, 0])
+  reservation.refund()
+  reservation.refund()
+  t.same(client.refunds, ['exchangepace:/token:reporting'])
+})
+
+t.test('a refusal carries Redis\' exact wait and refunds nothing', async t => {
+  const { client, pace } = setup()
+  const reserving = pace.reserve('reporting')
+  client.reserves[0].resolve([0, 0, '312.5'])
+  const reservation = await reserving
+  t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [false, 0, 312.5])
+  reservation.refund()
+  t.same(client.refunds, [])
+})
+
+t.test('a failing Redis falls back to the replica\'s pace, warns once per outage, and is tried again after retryMs', async t => {
+  const { client, store, local, pace, lines } = setup()
+  const first = pace.reserve('reporting')
+  client.reserves[0].reject(new Error('ECONNREFUSED'))
+  const fallback = await first
+  t.ok(fallback.granted)
+  t.equal(local.size, 1, 'the unit came from this replica\'s memory')
+  t.ok(store.unavailable)
+  t.same(lines, [['warn', 'exchangepace: Redis store unavailable (ECONNREFUSED); pacing per replica in memory until it answers again']])
+
+  const during = await pace.reserve('reporting')
+  t.equal(client.reserves.length, 1, 'within retryMs nobody waits for Redis')
+  t.ok(during.granted)
+  t.equal(local.size, 1)
+  during.refund()
+  fallback.refund()
+  t.equal(local.size, 0, 'a fallback unit is refunded in memory')
+  t.same(client.refunds, [], 'and never touches Redis')
+
+  await sleep(40)
+  const probe = pace.reserve('reporting')
+  t.equal(client.reserves.length, 2, 'after retryMs one request tries Redis again')
+  client.reserves[1].reject(new Error('ECONNREFUSED'))
+  await probe
+  t.equal(lines.length, 1, 'still the same outage: no second warning')
+
+  await sleep(40)
+  const back = pace.reserve('reporting')
+  client.reserves[2].resolve([1, 1, '0'])
+  t.ok((await back).granted)
+  t.notOk(store.unavailable)
+  t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'])
+})
+
+t.test('a Redis slower than timeoutMs does not hold the request; its late grant is given back', async t => {
+  const { client, store, local, pace } = setup()
+  const reservation = await pace.reserve('reporting')
+  t.ok(reservation.granted)
+  t.equal(local.size, 1, 'the request went the fallback path')
+  t.ok(store.unavailable)
+  client.reserves[0].resolve([1, 1, '0'])
+  await sleep(0)
+  t.same(client.refunds, ['exchangepace:/token:reporting'], 'the unit Redis granted too late is refunded')
+})
+
+t.test('a late refusal or a late error after the timeout changes nothing', async t => {
+  const { client, pace } = setup({ retryMs: 1 })
+  await pace.reserve('a')
+  client.reserves[0].resolve([0, 0, '10'])
+  await sleep(5)
+  await pace.reserve('b')
+  client.reserves[1].reject(new Error('late'))
+  await sleep(0)
+  t.same(client.refunds, [])
+})
+
+t.test('a refund that cannot reach Redis is logged at debug level and leaves the unit spent', async t => {
+  const { client, pace, lines } = setup()
+  client.refundFails = true
+  const reserving = pace.reserve('reporting')
+  client.reserves[0].resolve([1, 0, '0'])
+  ;(await reserving).refund()
+  await sleep(0)
+  t.same(lines, [['debug', 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills']])
+})
+
+t.test('whenUnavailable "open" grants without pacing; "closed" refuses for retryMs', async t => {
+  const open = setup({ whenUnavailable: 'open' })
+  const opening = open.pace.reserve('reporting')
+  open.client.reserves[0].reject(new Error('down'))
+  const granted = await opening
+  t.same([granted.granted, granted.retryAfterMs], [true, 0])
+  granted.refund()
+  t.equal(open.local.size, 0)
+  t.match(open.lines[0][1], /failing open until it answers again/)
+
+  const closed = setup({ whenUnavailable: 'closed', retryMs: 750 })
+  const closing = closed.pace.reserve('reporting')
+  closed.client.reserves[0].reject(new Error('down'))
+  const refused = await closing
+  t.same([refused.granted, refused.retryAfterMs], [false, 750])
+  refused.refund()
+  t.equal(closed.local.size, 0)
+})
+
+t.test('the plugin waits for a shared store and continues with the next pace', async t => {
+  const client = new ScriptedClient()
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store: new RedisStore({ client }) })
+  app.get('/authorize', { config: { pace: [{ perSecond: 5, key: () => 'x', spend: 'every', name: 'first' }, { perSecond: 5, key: () => 'y', spend: 'every', name: 'second' }] } }, async () => 'ok')
+  await app.ready()
+  const asked: string[] = []
+  const answering = setInterval(() => {
+    for (const call of client.reserves.splice(0)) {
+      asked.push(call.key)
+      call.resolve([1, 4, '0'])
+    }
+  }, 1)
+  t.teardown(() => clearInterval(answering))
+  const response = await app.inject('/authorize')
+  t.equal(response.statusCode, 200)
+  t.equal(response.body, 'ok')
+  t.same(asked, ['exchangepace:first:x', 'exchangepace:second:y'], 'each pace asks Redis in turn')
+})
+
+t.test('a route on a shared store says the rate is shared by all replicas, with its fallback', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store: new RedisStore({ client: new ScriptedClient() }) })
+  let schema: Record<string, unknown> = {}
+  app.addHook('onRoute', route => { schema = route.schema as Record<string, unknown> })
+  app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } } }, async () => 'ok')
+  await app.ready()
+  t.match(schema.description, /Each rate is shared by all replicas \(Redis\); while the store is unavailable it falls back to per replica\./)
+  t.match(schema['x-exchangepace'], { scope: 'shared by all replicas (Redis)' })
+})
+
+t.test('a store whose reserve rejects fails the request, not the process', async t => {
+  const broken: PaceStore = {
+    scope: 'broken',
+    pace: () => ({ reserve: () => Promise.reject(new Error('store bug')) })
+  }
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store: broken })
+  app.get('/authorize', { config: { pace: { perSecond: 5, key: () => 'x', spend: 'every' } } }, async () => 'ok')
+  const response = await app.inject('/authorize')
+  t.equal(response.statusCode, 500)
+})
+
+t.test('the plugin rejects a store that is not a PaceStore', async t => {
+  for (const store of [null, {}, { pace () {} }]) {
+    const app = Fastify()
+    app.register(exchangePace, { store: store as never })
+    await t.rejects(app.ready(), { name: 'TypeError', message: 'exchangepace: store must be a PaceStore such as RedisStore' })
+    await app.close()
+  }
+})
