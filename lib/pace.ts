@@ -33,10 +33,9 @@ export const defaultClock: Clock = monotonic
 /**
  * What one `reserve` decided. When granted, the unit was already debited; `refund()` gives it back.
  *
- * `refund` reads no clock: it compares against the time of the reservation, which is never later
- * than now. A refund that leaves the bucket full as of then removes the row; a bucket that became
- * full only since then keeps its row until the next sweep, which costs memory for at most one
- * horizon and changes no decision (a row in the past reads as a full bucket).
+ * `refund` gives the unit back while it still counts: within one horizon of the reservation. A
+ * refund that leaves the bucket full removes the row. The common refund (a rejected exchange on a
+ * bucket that was full before it) reads no clock.
  */
 export class Reservation {
   /** The unit was there and has been debited. */
@@ -144,14 +143,26 @@ export class Pace {
 
   /**
    * @internal Called once per granted reservation by `Reservation.refund`. Requires that the
-   * reservation debited `key` at scaled time `at`. Removes the row when the bucket is full as of `at`.
+   * reservation debited `key` at scaled time `at`.
+   *
+   * When the row holds nothing but this unit on top of a bucket that was full at `at`, giving it
+   * back fills the bucket: the row goes, and no clock is read (the stranger's case). Otherwise other
+   * units were spent too, and the clock decides: a unit reserved a whole horizon ago has refilled
+   * (or its row was swept and made anew by later spends), so giving it back would grant one unit
+   * more than the rate; nothing is returned then. A refund never lifts the bucket above capacity.
    */
   _giveBack (key: string, at: number): void {
     const table = this.#table
     const slot = table.slot(key)
     if (slot === -1) return
     const full = table.read(slot) - UNIT
-    if (full <= at + SLACK) table.remove(key, slot)
+    if (full <= at + SLACK) {
+      table.remove(key, slot)
+      return
+    }
+    const now = this.#now() * this.perSecond
+    if (now - at + SLACK >= this.#capacity) return
+    if (full <= now + SLACK) table.remove(key, slot)
     else table.write(slot, full)
   }
 

@@ -1,0 +1,105 @@
+import t from 'tap'
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { runDemo } from '../examples/demo.js'
+
+/**
+ * `npm run demo`, played once in-process over real HTTP on the real clock. Each assertion is a
+ * claim the printed table makes. Where a phase races the refill (a burst at once), the bound
+ * allows the units that refilled while the phase ran, and no more.
+ */
+
+interface Phase {
+  label: string
+  sent: number
+  granted: number
+  rejected: number
+  limited: number
+  refunded: number
+  clientRows: number
+  ms: number
+}
+
+/** `node examples/demo.js`, what `npm run demo` runs: its exit code and what it printed. */
+function runProgram (): Promise<{ code: number | null, stdout: string }> {
+  const child = spawn(process.execPath, [fileURLToPath(new URL('../examples/demo.js', import.meta.url))], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let stdout = ''
+  child.stdout.on('data', (chunk: Buffer) => { stdout += String(chunk) })
+  return new Promise(resolve => child.on('close', code => resolve({ code, stdout })))
+}
+
+// The program runs beside the in-process run (its own process, so its own paces); both take the
+// same few seconds.
+const program = runProgram()
+const lines: string[] = []
+const { phases, rows } = await runDemo({ log: (line: string) => lines.push(line) }) as {
+  phases: Phase[]
+  rows: Array<{ name: string, perSecond: number, rows: number }>
+}
+const [atRate, stranger, afterStranger, flood, burst, authorize] = phases
+
+/** Most units a bucket of `perSecond` can grant in a phase that lasted `ms`: full, plus the refill. */
+const most = (perSecond: number, ms: number) => perSecond + Math.floor(ms * perSecond / 1000)
+
+t.test('the legitimate client gets its rate', async t => {
+  t.match(atRate, { sent: 5, granted: 5, limited: 0, rejected: 0 }, 'five requests 200 ms apart are all granted')
+  t.equal(burst.sent, 12)
+  t.ok(burst.granted >= 5, 'a burst from a full bucket gets at least one second of the rate')
+  t.ok(burst.granted <= most(5, burst.ms), 'and no more than the rate allows')
+  t.equal(burst.granted + burst.limited, 12, 'the rest is answered 429')
+  t.equal(burst.refunded, 0)
+})
+
+t.test('a stranger naming the client with a wrong secret does not reduce its pace', async t => {
+  t.match(stranger, { sent: 30, granted: 0, rejected: 30, limited: 0, refunded: 30 }, 'every wrong secret is refunded')
+  t.equal(stranger.clientRows, 0, 'and leaves no row')
+  t.match(afterStranger, { sent: 5, granted: 5, limited: 0 }, 'the client still gets its full second right after')
+})
+
+t.test('a flood of random client ids leaves no rows', async t => {
+  t.equal(flood.sent, 200)
+  t.equal(flood.granted, 0)
+  t.equal(flood.refunded, flood.rejected, 'every request that reached the handler was refunded')
+  t.equal(flood.rejected + flood.limited, 200, 'the others were stopped by the per-source ceiling')
+  t.ok(flood.rejected >= 50, 'the per-source ceiling let its one second through')
+  t.ok(flood.rejected <= most(50, flood.ms), 'and no more than its rate')
+  t.equal(flood.clientRows, 0, 'no declared id keeps a row')
+})
+
+t.test('the authorization endpoint spends per source', async t => {
+  t.equal(authorize.sent, 15)
+  t.ok(authorize.granted >= 10 && authorize.granted <= most(10, authorize.ms))
+  t.equal(authorize.granted + authorize.limited, 15)
+})
+
+t.test('the rows left are those of the keys that spent', async t => {
+  t.same(rows, [
+    { name: '/token#client', perSecond: 5, rows: 1 },
+    { name: '/token#source', perSecond: 50, rows: 1 },
+    { name: '/authorize', perSecond: 10, rows: 1 }
+  ])
+})
+
+t.test('the printed table shows every phase with its counts', async t => {
+  const header = lines.find(line => line.startsWith('phase'))
+  t.ok(header, 'a header line')
+  t.match(header, /sent\s+granted\s+rejected\s+limited\s+refunded\s+client rows/)
+  for (const [index, phase] of phases.entries()) {
+    const line = lines.find(line => line.startsWith(`${index + 1}. ${phase.label}`))
+    t.ok(line, `a line for phase ${index + 1}`)
+    const counts = [phase.sent, phase.granted, phase.rejected, phase.limited, phase.refunded, phase.clientRows]
+    t.match(line, new RegExp(`${counts.join('\\s+')}$`), `phase ${index + 1} prints its counts`)
+  }
+  t.ok(lines.some(line => /^ {2}\/token#client\s+5\/s\s+1$/.test(line)), 'the live rows of each pace')
+})
+
+t.test('npm run demo prints the same table and exits 0', async t => {
+  const { code, stdout } = await program
+  t.equal(code, 0)
+  const printed = stdout.split('\n')
+  t.ok(printed.some(line => /^phase\s+sent\s+granted\s+rejected\s+limited\s+refunded\s+client rows$/.test(line)), 'the header')
+  for (const [index, phase] of phases.entries()) {
+    t.ok(printed.some(line => line.startsWith(`${index + 1}. ${phase.label}`)), `phase ${index + 1}`)
+  }
+  t.ok(printed.some(line => line === 'live rows left in each pace:'))
+})

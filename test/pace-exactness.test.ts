@@ -1,0 +1,211 @@
+import t from 'tap'
+import fc from 'fast-check'
+import { Pace, type Reservation } from '../lib/pace.js'
+
+/**
+ * Pace against a reference bucket in exact arithmetic. The rate is p/q with small integers and the
+ * clock reads integer milliseconds, so the reference can count in BigInt steps of 1/(1000 q) of a
+ * unit: one millisecond refills exactly p steps, one unit is 1000 q steps and the capacity (one
+ * second of the rate) is 1000 p steps. Pace computes in doubles; no rounding may ever change a
+ * decision, a `remaining`, or `retryAfterMs` by more than a millionth of a millisecond.
+ */
+class ExactBucket {
+  readonly #p: bigint
+  readonly #unit: bigint
+  readonly #capacity: bigint
+  /** Steps held by each key; a key not here is full. */
+  readonly #level = new Map<string, bigint>()
+
+  constructor (p: number, q: number) {
+    this.#p = BigInt(p)
+    this.#unit = 1000n * BigInt(q)
+    this.#capacity = 1000n * BigInt(p)
+  }
+
+  /** Lets `ms` milliseconds pass for every key. */
+  advance (ms: number): void {
+    const refill = BigInt(ms) * this.#p
+    for (const [key, level] of this.#level) {
+      const next = level + refill
+      if (next >= this.#capacity) this.#level.delete(key)
+      else this.#level.set(key, next)
+    }
+  }
+
+  /** What `reserve` must answer: `retryAfterMs` as the exact fraction `waitSteps / p`. */
+  reserve (key: string): { granted: boolean, remaining: number, waitSteps: bigint } {
+    const level = this.#level.get(key) ?? this.#capacity
+    if (level < this.#unit) return { granted: false, remaining: 0, waitSteps: this.#unit - level }
+    this.#level.set(key, level - this.#unit)
+    return { granted: true, remaining: Number((level - this.#unit) / this.#unit), waitSteps: 0n }
+  }
+
+  /**
+   * Gives one unit back to `key`, never beyond the capacity, while it still counts: a unit
+   * reserved `elapsedMs` >= one second ago has refilled, and gives nothing back.
+   */
+  refund (key: string, elapsedMs: number): void {
+    if (elapsedMs >= 1000) return
+    const level = (this.#level.get(key) ?? this.#capacity) + this.#unit
+    if (level >= this.#capacity) this.#level.delete(key)
+    else this.#level.set(key, level)
+  }
+
+  /** Keys whose bucket is not full: each must have a row in Pace. */
+  get short (): number {
+    return this.#level.size
+  }
+
+  get p (): bigint {
+    return this.#p
+  }
+}
+
+type Operation =
+  | { op: 'advance', ms: number }
+  | { op: 'reserve', key: number }
+  | { op: 'refund', index: number }
+
+const operation: fc.Arbitrary<Operation> = fc.oneof(
+  { weight: 3, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 400 }) }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 3000 }) }) },
+  { weight: 6, arbitrary: fc.record({ op: fc.constant('reserve' as const), key: fc.integer({ min: 0, max: 2 }) }) },
+  { weight: 3, arbitrary: fc.record({ op: fc.constant('refund' as const), index: fc.nat() }) }
+)
+
+/** A rate p/q >= 1 with small p and q: integers, halves, thirds, sevenths... */
+const rate = fc.integer({ min: 1, max: 7 }).chain(q =>
+  fc.integer({ min: q, max: 12 * q }).map(p => ({ p, q })))
+
+/**
+ * Replays `operations` on a Pace and on the reference, starting at `start` ms, and throws at the
+ * first answer that differs. A refund picks one of the reservations made so far, whatever its state
+ * (refused, already refunded): only a granted, not yet refunded one may change anything.
+ */
+function replay ({ p, q }: { p: number, q: number }, start: number, operations: Operation[]): void {
+  const clock = { ms: start }
+  const pace = new Pace({ perSecond: p / q, now: () => clock.ms })
+  const exact = new ExactBucket(p, q)
+  const made: Array<{ key: string, reservation: Reservation, live: boolean, at: number }> = []
+  operations.forEach((operation, step) => {
+    const where = `rate ${p}/${q}, step ${step}, t = ${clock.ms - start} ms`
+    if (operation.op === 'advance') {
+      clock.ms += operation.ms
+      exact.advance(operation.ms)
+    } else if (operation.op === 'reserve') {
+      const key = `k${operation.key}`
+      const got = pace.reserve(key)
+      const want = exact.reserve(key)
+      if (got.granted !== want.granted) throw new Error(`${where}: granted ${got.granted}, want ${want.granted}`)
+      if (got.remaining !== want.remaining) throw new Error(`${where}: remaining ${got.remaining}, want ${want.remaining}`)
+      // |retryAfterMs - waitSteps / p| <= 1e-6, compared without dividing the exact side.
+      const error = Math.abs(got.retryAfterMs * p - Number(want.waitSteps)) / p
+      if (!(error <= 1e-6)) throw new Error(`${where}: retryAfterMs ${got.retryAfterMs}, want ${want.waitSteps}/${p}`)
+      made.push({ key, reservation: got, live: got.granted, at: clock.ms })
+    } else if (made.length > 0) {
+      const chosen = made[operation.index % made.length]
+      chosen.reservation.refund()
+      if (chosen.live) exact.refund(chosen.key, clock.ms - chosen.at)
+      chosen.live = false
+    }
+    if (pace.size < exact.short) throw new Error(`${where}: ${pace.size} rows for ${exact.short} short buckets`)
+  })
+}
+
+t.test('reserve, refund and refill match exact arithmetic over long random sequences', async t => {
+  t.doesNotThrow(() => fc.assert(
+    fc.property(rate, fc.array(operation, { minLength: 50, maxLength: 400 }), (r, operations) => {
+      replay(r, 0, operations)
+    }),
+    { seed: 0x5eed, numRuns: 400 }
+  ))
+})
+
+t.test('the match holds when the clock reads a day of uptime', async t => {
+  t.doesNotThrow(() => fc.assert(
+    fc.property(rate, fc.integer({ min: 0, max: 86_400_000 }), fc.array(operation, { minLength: 50, maxLength: 200 }),
+      (r, start, operations) => { replay(r, start, operations) }),
+    { seed: 0x5eed, numRuns: 200 }
+  ))
+})
+
+t.test('the reference bucket itself behaves as the specification says', async t => {
+  const exact = new ExactBucket(5, 2) // 2.5 per second
+  t.same([exact.reserve('k').granted, exact.reserve('k').granted, exact.reserve('k').granted], [true, true, false])
+  exact.advance(200)
+  t.equal(exact.reserve('k').granted, true)
+  exact.refund('k', 0)
+  exact.refund('k', 0)
+  exact.refund('k', 0) // held at capacity
+  exact.advance(3_600_000)
+  t.equal(exact.short, 0)
+  t.equal(exact.p, 5n)
+})
+
+/**
+ * A client that tries once every millisecond takes every unit the moment it is whole. From a full
+ * bucket at t0 it must have been granted exactly floor(rate * (1000 + t) / 1000) units by t ms:
+ * the first second's burst plus everything refilled, no more and no less, however long it runs.
+ */
+function greedyRun (p: number, q: number, steps: number): { wrong: number, firstWrong: number, granted: number, owed: number } {
+  const clock = { ms: 0 }
+  const pace = new Pace({ perSecond: p / q, now: () => clock.ms })
+  const owed = (ms: number): number => Number((BigInt(p) * BigInt(1000 + ms)) / (1000n * BigInt(q)))
+  let granted = 0
+  while (pace.reserve('client').granted) granted++ // t0: the burst
+  let wrong = 0
+  let firstWrong = -1
+  for (let ms = 1; ms <= steps; ms++) {
+    clock.ms = ms
+    if (pace.reserve('client').granted) granted++
+    if (granted !== owed(ms)) {
+      wrong++
+      if (firstWrong === -1) firstWrong = ms
+      granted = owed(ms) // count each divergence once
+    }
+  }
+  return { wrong, firstWrong, granted, owed: owed(steps) }
+}
+
+t.test('a client at its rate for a million milliseconds gets neither an extra unit nor one less', async t => {
+  // Each row: p, q (the rate p/q).
+  const rates: Array<[number, number]> = [
+    [3, 1], // 1000/3 ms per unit: never a whole number of ms
+    [73, 10], // 7.3: not exactly representable as a double
+    [5, 2],
+    [7, 3],
+    [1000, 1] // one unit every millisecond
+  ]
+  for (const [p, q] of rates) {
+    const run = greedyRun(p, q, 1_000_000)
+    t.equal(run.wrong, 0, `rate ${p}/${q}: steps that diverged (the first at ${run.firstWrong} ms)`)
+    t.equal(run.granted, run.owed, `rate ${p}/${q}: units granted in all`)
+  }
+})
+
+t.test('a client spending exactly every 250 ms at rate 4 is granted every time, and only once', async t => {
+  const clock = { ms: 0 }
+  const pace = new Pace({ perSecond: 4, now: () => clock.ms })
+  for (let i = 0; i < 4; i++) pace.reserve('client') // t0: the burst
+  let granted = 0
+  let refusedAfter = 0
+  for (let period = 1; period <= 40_000; period++) { // 10 000 s
+    clock.ms = period * 250
+    if (pace.reserve('client').granted) granted++
+    if (!pace.reserve('client').granted) refusedAfter++
+  }
+  t.equal(granted, 40_000)
+  t.equal(refusedAfter, 40_000)
+})
+
+t.test('a million reserve-and-refund pairs at an inexact instant leave the bucket where it was', async t => {
+  const clock = { ms: 123_457 } // 123457 * 7.3 is not a double
+  const pace = new Pace({ perSecond: 7.3, now: () => clock.ms })
+  for (let i = 0; i < 5; i++) pace.reserve('k') // 2.3 units left
+  for (let i = 0; i < 1_000_000; i++) pace.reserve('k').refund()
+  let granted = 0
+  while (pace.reserve('k').granted) granted++
+  t.equal(granted, 2)
+  clock.ms += 96 // 0.3 + 0.7008
+  t.equal(pace.reserve('k').granted, true)
+})

@@ -1,0 +1,183 @@
+import t from 'tap'
+import { SlotTable } from '../lib/slot-table.js'
+
+/** A table holding `count` keys `k0`, `k1`, ... with `k<i>` holding `i`. */
+function tableOf (count: number): SlotTable {
+  const table = new SlotTable()
+  for (let i = 0; i < count; i++) table.insert(`k${i}`, i)
+  return table
+}
+
+/** The value of every key `k0` .. `k<count - 1>` that has a slot, in order. */
+function valuesOf (table: SlotTable, count: number): number[] {
+  const values: number[] = []
+  for (let i = 0; i < count; i++) {
+    const slot = table.slot(`k${i}`)
+    if (slot !== -1) values.push(table.read(slot))
+  }
+  return values
+}
+
+t.test('a new table is empty, with MIN_SLOTS slots', async t => {
+  const table = new SlotTable()
+  t.equal(SlotTable.MIN_SLOTS, 16)
+  t.equal(table.size, 0)
+  t.equal(table.capacity, SlotTable.MIN_SLOTS)
+  t.equal(table.slot('absent'), -1)
+})
+
+t.test('an inserted key has a slot holding its value', async t => {
+  const table = new SlotTable()
+  table.insert('a', 1.5)
+  const slot = table.slot('a')
+  t.not(slot, -1)
+  t.equal(table.read(slot), 1.5)
+  t.equal(table.size, 1)
+})
+
+t.test('keys hold distinct slots and values', async t => {
+  const table = new SlotTable()
+  table.insert('a', 1)
+  table.insert('b', 2)
+  t.not(table.slot('a'), table.slot('b'))
+  t.equal(table.read(table.slot('a')), 1)
+  t.equal(table.read(table.slot('b')), 2)
+})
+
+t.test('write replaces the value of one slot only', async t => {
+  const table = new SlotTable()
+  table.insert('a', 1)
+  table.insert('b', 2)
+  table.write(table.slot('a'), 1e15 + 0.5)
+  t.equal(table.read(table.slot('a')), 1e15 + 0.5)
+  t.equal(table.read(table.slot('b')), 2)
+  t.equal(table.size, 2)
+})
+
+t.test('remove deletes the key and leaves the others', async t => {
+  const table = new SlotTable()
+  table.insert('a', 1)
+  table.insert('b', 2)
+  table.remove('a', table.slot('a'))
+  t.equal(table.slot('a'), -1)
+  t.equal(table.size, 1)
+  t.equal(table.read(table.slot('b')), 2)
+})
+
+t.test('a removed key can be inserted again', async t => {
+  const table = new SlotTable()
+  table.insert('a', 1)
+  table.remove('a', table.slot('a'))
+  table.insert('a', 7)
+  t.equal(table.read(table.slot('a')), 7)
+  t.equal(table.size, 1)
+})
+
+t.test('a freed slot is reused before any unused one', async t => {
+  const table = new SlotTable()
+  table.insert('a', 1)
+  table.insert('b', 2)
+  const freed = table.slot('a')
+  table.remove('a', freed)
+  table.insert('c', 3)
+  t.equal(table.slot('c'), freed)
+  t.equal(table.read(table.slot('b')), 2)
+})
+
+t.test('the arrays double when every slot is live', async t => {
+  // Each row: keys inserted, capacity after.
+  const table: Array<[number, number]> = [
+    [16, 16],
+    [17, 32],
+    [32, 32],
+    [33, 64],
+    [1000, 1024]
+  ]
+  for (const [count, capacity] of table) {
+    t.equal(tableOf(count).capacity, capacity, `${count} keys`)
+  }
+})
+
+t.test('growing keeps every key and its value', async t => {
+  const table = tableOf(100)
+  t.same(valuesOf(table, 100), Array.from({ length: 100 }, (_, i) => i))
+})
+
+t.test('the arrays do not grow while a freed slot is there', async t => {
+  const table = tableOf(16)
+  table.remove('k3', table.slot('k3'))
+  table.insert('new', 99)
+  t.equal(table.capacity, 16)
+  t.equal(table.size, 16)
+})
+
+t.test('removeAtMost removes every key whose value is at most the limit', async t => {
+  const table = tableOf(10) // values 0..9
+  table.removeAtMost(4) // 4 itself goes
+  t.equal(table.size, 5)
+  t.same(valuesOf(table, 10), [5, 6, 7, 8, 9])
+})
+
+t.test('removeAtMost below every value removes nothing', async t => {
+  const table = tableOf(10)
+  table.removeAtMost(-1)
+  t.equal(table.size, 10)
+})
+
+t.test('removeAtMost shrinks the arrays when at most a quarter of the slots are live', async t => {
+  // Each row: keys inserted (into 64 slots), keys left live, capacity after.
+  const rows: Array<[number, number, number]> = [
+    [64, 17, 64], // more than a quarter: kept
+    [64, 16, 32], // exactly a quarter: shrunk to twice the live keys
+    [64, 3, 16], // never below MIN_SLOTS
+    [64, 0, 16]
+  ]
+  for (const [count, live, capacity] of rows) {
+    const table = tableOf(count)
+    table.removeAtMost(count - live - 1)
+    t.equal(table.size, live)
+    t.equal(table.capacity, capacity, `${live} of ${count} live`)
+  }
+})
+
+t.test('an empty table of MIN_SLOTS slots does not shrink further', async t => {
+  const table = new SlotTable()
+  table.removeAtMost(Infinity)
+  t.equal(table.capacity, SlotTable.MIN_SLOTS)
+  const quarter = tableOf(4)
+  quarter.removeAtMost(-1) // 4 of 16 live: a quarter, but already at the floor
+  t.equal(quarter.capacity, SlotTable.MIN_SLOTS)
+})
+
+t.test('shrinking keeps every live key and its value', async t => {
+  const table = tableOf(1000)
+  table.removeAtMost(899)
+  t.equal(table.capacity, 200) // 100 live of 1024: shrunk to twice the live keys
+  t.same(valuesOf(table, 1000), Array.from({ length: 100 }, (_, i) => 900 + i))
+})
+
+t.test('after shrinking, inserts fill the compacted arrays and grow them again by doubling', async t => {
+  const table = tableOf(64)
+  table.removeAtMost(47) // 16 live of 64: shrunk to 32
+  t.equal(table.capacity, 32)
+  for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i) // 32 live: full
+  t.equal(table.capacity, 32)
+  table.insert('one more', 200)
+  t.equal(table.capacity, 64)
+  t.equal(table.size, 33)
+  t.same(valuesOf(table, 64), Array.from({ length: 16 }, (_, i) => 48 + i))
+  t.equal(table.read(table.slot('n15')), 115)
+  t.equal(table.read(table.slot('one more')), 200)
+})
+
+t.test('after shrinking, slots freed before it are not handed out twice', async t => {
+  const table = tableOf(64)
+  for (let i = 0; i < 8; i++) table.remove(`k${i}`, table.slot(`k${i}`)) // 8 freed slots
+  table.removeAtMost(47) // 16 live: shrunk, the free stack starts over
+  for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i)
+  const slots = new Set<number>()
+  for (let i = 48; i < 64; i++) slots.add(table.slot(`k${i}`))
+  for (let i = 0; i < 16; i++) slots.add(table.slot(`n${i}`))
+  t.equal(slots.size, 32)
+  t.same(valuesOf(table, 64), Array.from({ length: 16 }, (_, i) => 48 + i))
+})
