@@ -94,6 +94,19 @@ function sfString (text: string): string {
   return `"${text.replace(/[\\"]/g, '\\$&')}"`
 }
 
+/**
+ * `q` and `w` of a RateLimit-Policy item. The draft wants an integer quota, so a fractional rate is
+ * stated over the shortest whole window that makes it one (1.5/s is q=3;w=2), up to 1000 s; beyond
+ * that, the whole units one second holds.
+ */
+function quotaPolicy (perSecond: number): string {
+  for (let window = 1; window <= 1000; window++) {
+    const quota = perSecond * window
+    if (Math.abs(quota - Math.round(quota)) < 1e-9) return `q=${Math.round(quota)};w=${window}`
+  }
+  return `q=${Math.floor(perSecond)};w=1`
+}
+
 function keyDescription (rule: PaceRule): string {
   if (rule.key === 'client') return 'declared client id'
   if (rule.key === 'source') return 'source address'
@@ -168,7 +181,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       shared: options.store?.pace(rule.name, rule.perSecond, pace, fastify.log) ?? null,
       readKey,
       public: key === 'source',
-      policyItem: `${sfString(rule.name)};q=${rule.perSecond};w=1`,
+      policyItem: `${sfString(rule.name)};${quotaPolicy(rule.perSecond)}`,
       quotaPrefix: `${sfString(rule.name)};r=`
     }
   }
@@ -180,9 +193,16 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       .header('retry-after', retryAfter)
       .header('cache-control', 'no-store')
       .header('pragma', 'no-cache')
+    // Source quotas go on every response, this one included: those an earlier hook (onRequest) holds,
+    // then the refusing pace's own at zero. writeQuotaHeaders skips refused tickets.
+    const shown = (request.pace as PaceTicket<Holding>).held.filter(held => held.bound.public)
+    const policy = shown.map(held => held.bound.policyItem)
+    const quota = shown.map(held => `${held.bound.quotaPrefix}${held.reservation.remaining};t=1`)
     if (bound.public) {
-      reply.header('ratelimit-policy', bound.policyItem).header('ratelimit', `${bound.quotaPrefix}0;t=1`)
+      policy.push(bound.policyItem)
+      quota.push(`${bound.quotaPrefix}0;t=1`)
     }
+    if (policy.length > 0) reply.header('ratelimit-policy', policy.join(', ')).header('ratelimit', quota.join(', '))
     reply.send(buildRefusalBody(request, refusal))
   }
 
@@ -218,7 +238,10 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
         const held = key
         bound.shared.reserve(key).then(reservation => {
           if (hold(ticket, first, bound, held, reservation, request, reply)) reserveFrom(paces, i + 1, ticket, first, request, reply, next)
-        }, next)
+        }, (err: Error) => {
+          ticket._refundFrom(first)
+          next(err)
+        })
         return
       }
       if (!hold(ticket, first, bound, key, bound.pace.reserve(key), request, reply)) return
@@ -257,6 +280,10 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       }
       if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
     }
+    // A client that hangs up after its body was read gets no onRequestAbort (Node closed the request
+    // stream at its end, not aborted) and no onResponse (the response never finishes): the outcome
+    // is final here, so treat it as the abort it is.
+    if (ticket !== null && reply.raw.destroyed) ticket._abort()
     next(null, payload)
   }
 
