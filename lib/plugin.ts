@@ -335,14 +335,12 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
  * and leaves trustProxy out of `initialConfig`, so this looks the symbol up by its description.
  */
 function trustsEveryProxy (fastify: FastifyInstance): boolean {
-  let instance: object | null = fastify
-  while (instance !== null) {
-    const symbol = Object.getOwnPropertySymbols(instance).find(s => s.description === 'fastify.options')
-    if (symbol !== undefined) return (instance as Record<symbol, { trustProxy?: unknown }>)[symbol].trustProxy === true
-    instance = Object.getPrototypeOf(instance) as object | null
+  const symbols: symbol[] = []
+  for (let instance: object | null = fastify; instance !== null; instance = Object.getPrototypeOf(instance) as object | null) {
+    symbols.push(...Object.getOwnPropertySymbols(instance))
   }
-  /* c8 ignore next: every Fastify 5 instance carries the symbol; a future one without it gets no warning */
-  return false
+  const optionsKey = symbols.find(symbol => symbol.description === 'fastify.options')
+  return optionsKey !== undefined && (fastify as unknown as Record<symbol, { trustProxy?: unknown }>)[optionsKey].trustProxy === true
 }
 
 /** A route's hooks of one kind as a new array, so the caller's own array is never modified. */

@@ -59,9 +59,14 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
     if (this.#outcome === 'rejected') this._settle()
   }
 
-  /** @internal A pace refused the request: refunds what the same hook took before it, from `first` on. */
+  /**
+   * @internal A pace refused the request or a key was malformed: refunds what the same hook took
+   * before it, from `first` on, and drops it from `held` (the request no longer holds it, and its
+   * quota must not be shown on the 400 or 5xx that follows).
+   */
   _refundFrom (first: number): void {
     for (let i = first; i < this.held.length; i++) this.held[i].reservation.refund()
+    this.held.length = first
   }
 
   /** @internal Commits or refunds, once. */

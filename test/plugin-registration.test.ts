@@ -1,0 +1,282 @@
+import t from 'tap'
+import Fastify, { type FastifyInstance, type RouteOptions } from 'fastify'
+import exchangePace, { Pace, type PaceRouteOptions } from '../lib/index.js'
+import { build, form, type TapTest } from './shared-behaviour.js'
+
+/** A Fastify instance with exchangepace registered (not yet ready), closed when `t` ends. */
+async function paced (tt: TapTest, options: Record<string, unknown> = {}): Promise<FastifyInstance> {
+  const app = Fastify()
+  tt.teardown(() => app.close())
+  await app.register(exchangePace, options)
+  return app
+}
+
+const ok = async () => ({ ok: true })
+
+/** A config whose perSecond cannot be printed as JSON. */
+function circular (): unknown {
+  const perSecond: Record<string, unknown> = {}
+  perSecond.self = perSecond
+  return { perSecond, key: 'client', spend: 'accepted' }
+}
+
+t.test('options are checked when the plugin is registered', async t => {
+  const cases: Array<[Record<string, unknown>, string]> = [
+    [{ now: 5 }, 'exchangepace: now must be a function returning milliseconds, got number'],
+    [{ now: 'performance' }, 'exchangepace: now must be a function returning milliseconds, got string'],
+    [{ ipv6Subnet: 0 }, 'exchangepace: ipv6Subnet must be an integer from 1 to 128, got 0'],
+    [{ ipv6Subnet: 129 }, 'exchangepace: ipv6Subnet must be an integer from 1 to 128, got 129'],
+    [{ ipv6Subnet: 56.5 }, 'exchangepace: ipv6Subnet must be an integer from 1 to 128, got 56.5'],
+    [{ ipv6Subnet: '64' }, 'exchangepace: ipv6Subnet must be an integer from 1 to 128, got 64'],
+    [{ maxKeyLength: 0 }, 'exchangepace: maxKeyLength must be an integer >= 1, got 0'],
+    [{ maxKeyLength: 2.5 }, 'exchangepace: maxKeyLength must be an integer >= 1, got 2.5'],
+    [{ maxKeyLength: Infinity }, 'exchangepace: maxKeyLength must be an integer >= 1, got Infinity'],
+    [{ errorResponseBuilder: { error: 'x' } }, 'exchangepace: errorResponseBuilder must be a function, got object'],
+    [{ store: null }, 'exchangepace: store must be a PaceStore such as RedisStore'],
+    [{ store: {} }, 'exchangepace: store must be a PaceStore such as RedisStore'],
+    [{ store: { pace: () => ({}), scope: 1 } }, 'exchangepace: store must be a PaceStore such as RedisStore']
+  ]
+  for (const [options, message] of cases) {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    app.register(exchangePace, options as never)
+    await t.rejects(async () => { await app.ready() }, { name: 'TypeError', message }, JSON.stringify(options))
+  }
+})
+
+t.test('the edges of the options are accepted', async t => {
+  for (const options of [{ ipv6Subnet: 1 }, { ipv6Subnet: 128 }, { maxKeyLength: 1 }, { now: () => 0, errorResponseBuilder: () => ({}) }, {}]) {
+    const app = await paced(t, options)
+    await t.resolves(async () => { await app.ready() }, JSON.stringify(options))
+  }
+})
+
+t.test('fastify.pace is the registry; request.pace is null on routes without a pace', async t => {
+  const app = await build(t, {}, app => {
+    app.get('/plain', async (request) => ({ pace: request.pace }))
+    app.post('/token', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } } }, ok)
+  })
+  t.same(app.pace.names(), ['/token'])
+  t.type(app.pace.get('/token'), Pace)
+  t.equal(app.pace.get('/token')!.perSecond, 5)
+  t.equal(app.pace.get('/plain'), undefined)
+  const response = await app.inject('/plain')
+  t.same(response.json(), { pace: null })
+  t.equal(response.headers.ratelimit, undefined)
+})
+
+t.test('routes without config.pace get no hooks at all; paced routes keep their own hooks in order', async t => {
+  const seen = new Map<string, RouteOptions>()
+  const calls: string[] = []
+  const own = (name: string) => (_request: unknown, _reply: unknown, next: () => void) => { calls.push(name); next() }
+  const ownOnSend = (_request: unknown, _reply: unknown, payload: unknown, next: (err: null, payload: unknown) => void) => { calls.push('onSend'); next(null, payload) }
+  const preHandlers = [own('preHandler')]
+  const app = await build(t, {}, app => {
+    app.addHook('onRoute', routeOptions => { seen.set(`${String(routeOptions.method)} ${routeOptions.url}`, routeOptions) })
+    app.get('/plain', ok)
+    app.post('/plain-with-hooks', { preHandler: own('plain') }, ok)
+    app.post('/token', {
+      config: { pace: { perSecond: 5, key: 'source', spend: 'every' } },
+      onRequest: own('onRequest'),
+      preHandler: preHandlers,
+      onSend: ownOnSend,
+      onResponse: own('onResponse'),
+      onRequestAbort: (_request, done) => done()
+    }, ok)
+    app.post('/paced-accepted', {
+      config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } },
+      onRequestAbort: [(_request, done) => done()]
+    }, ok)
+  })
+  const plain = seen.get('GET /plain')!
+  for (const hook of ['onRequest', 'preHandler', 'onSend', 'onResponse', 'onRequestAbort'] as const) {
+    t.equal(plain[hook], undefined, `no ${hook} on an unpaced route`)
+  }
+  t.type(seen.get('POST /plain-with-hooks')!.preHandler, 'function', 'an unpaced route keeps its single hook as given')
+
+  const token = seen.get('POST /token')!
+  t.equal((token.onRequest as unknown[]).length, 2, 'the early reservation, then the route\'s own onRequest')
+  t.equal(token.preHandler, preHandlers, 'no late pace: the preHandler array is the route\'s own')
+  t.equal(preHandlers.length, 1)
+  t.equal((token.onSend as unknown[]).length, 2, 'the route\'s own onSend, then the quota headers')
+  t.equal((token.onSend as unknown[])[0], ownOnSend)
+  t.equal((token.onResponse as unknown[]).length, 2, 'settlement first, then the route\'s own onResponse')
+  t.type(token.onRequestAbort, 'function', 'spend every: nothing to settle on abort, the route\'s hook as given')
+  t.equal((seen.get('POST /paced-accepted')!.onRequestAbort as unknown[]).length, 2)
+
+  await app.inject({ method: 'POST', url: '/token' })
+  t.same(calls, ['onRequest', 'preHandler', 'onSend', 'onResponse'], 'the route\'s own hooks all ran')
+})
+
+t.test('route config errors name the route, the option and the value', async t => {
+  const cases: Array<[unknown, string]> = [
+    [{ perSecond: '10', key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got "10"'],
+    [{ perSecond: 0, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got 0'],
+    [{ perSecond: 0.5, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got 0.5'],
+    [{ perSecond: NaN, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got NaN'],
+    [{ perSecond: Infinity, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got Infinity'],
+    [{ perSecond: 10n, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got 10'],
+    [{ key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got undefined'],
+    [{ perSecond: 10, key: 'ip', spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\' or a function (request) => string | undefined, got "ip"'],
+    [{ perSecond: 10, key: Symbol('client'), spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\' or a function (request) => string | undefined, got Symbol(client)'],
+    [{ perSecond: 10, key: 'client', spend: 'sometimes' }, 'route POST /token: config.pace.spend must be \'accepted\' or \'every\', got "sometimes"'],
+    [{ perSecond: 10, key: 'client' }, 'route POST /token: config.pace.spend must be \'accepted\' or \'every\', got undefined'],
+    [{ perSecond: 10, key: 'client', spend: 'accepted', name: '' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got ""'],
+    [{ perSecond: 10, key: 'client', spend: 'accepted', name: 'pàce' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got "pàce"'],
+    [{ perSecond: 10, key: 'client', spend: 'accepted', name: 'a\nb' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got "a\\nb"'],
+    [{ perSecond: 10, key: 'client', spend: 'accepted', name: () => 'x' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got a function'],
+    [{ perSecond: 10, key: 'client', spend: 'accepted', name: 7 }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got 7'],
+    ['10/s', 'route POST /token: config.pace must be an object { perSecond, key, spend, name? }, got "10/s"'],
+    [null, 'route POST /token: config.pace must be an object { perSecond, key, spend, name? }, got null'],
+    [circular(), 'route POST /token: config.pace.perSecond must be a finite number >= 1, got [object Object]'],
+    [[], 'route POST /token: config.pace must be a pace or a non-empty array of paces, got []'],
+    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, 5], 'route POST /token: config.pace[1] must be an object { perSecond, key, spend, name? }, got 5'],
+    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'never' }], 'route POST /token: config.pace[1].spend must be \'accepted\' or \'every\', got "never"']
+  ]
+  for (const [pace, message] of cases) {
+    const app = await paced(t)
+    t.throws(() => app.post('/token', { config: { pace: pace as PaceRouteOptions } }, ok), { name: 'TypeError', message: `exchangepace: ${message}` })
+  }
+})
+
+t.test('a route with several methods is named by all of them in errors', async t => {
+  const app = await paced(t)
+  t.throws(() => app.route({ method: ['GET', 'POST'], url: '/both', config: { pace: { perSecond: -1, key: 'source', spend: 'every' } }, handler: ok }),
+    { message: 'exchangepace: route GET,POST /both: config.pace.perSecond must be a finite number >= 1, got -1' })
+})
+
+t.test('a route declared inside a later plugin fails ready() with the same error', async t => {
+  const app = await paced(t)
+  app.register(async function routes (app) {
+    app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'later' as never } } }, ok)
+  })
+  await t.rejects(async () => { await app.ready() }, { message: /route POST \/token: config\.pace\.spend must be 'accepted' or 'every', got "later"/ })
+})
+
+t.test('one name declared at two rates is a registration error naming the second route', async t => {
+  const app = await paced(t)
+  app.post('/token', { config: { pace: { name: 'clients', perSecond: 10, key: 'client', spend: 'accepted' } } }, ok)
+  t.throws(() => app.post('/introspect', { config: { pace: { name: 'clients', perSecond: 20, key: 'client', spend: 'accepted' } } }, ok), {
+    name: 'TypeError',
+    message: 'exchangepace: route POST /introspect: pace "clients" is declared with perSecond 10 elsewhere, got 20'
+  })
+})
+
+t.test('one name declared for two kinds of key is a registration error', async t => {
+  const cases: Array<[PaceRouteOptions['key'], PaceRouteOptions['key'], string]> = [
+    ['client', 'source', 'keyed by client elsewhere, got key source'],
+    ['source', () => 'x', 'keyed by source elsewhere, got key function'],
+    [() => 'x', 'client', 'keyed by function elsewhere, got key client']
+  ]
+  for (const [first, second, message] of cases) {
+    const app = await paced(t)
+    app.post('/a', { config: { pace: { name: 'shared', perSecond: 10, key: first, spend: 'every' } } }, ok)
+    t.throws(() => app.post('/b', { config: { pace: { name: 'shared', perSecond: 10, key: second, spend: 'every' } } }, ok), {
+      message: `exchangepace: route POST /b: pace "shared" is ${message}`
+    })
+  }
+})
+
+t.test('two custom key functions may share a name: both are functions', async t => {
+  const app = await paced(t)
+  app.post('/a', { config: { pace: { name: 'tenants', perSecond: 10, key: () => 'a', spend: 'every' } } }, ok)
+  app.post('/b', { config: { pace: { name: 'tenants', perSecond: 10, key: () => 'b', spend: 'accepted' } } }, ok)
+  await app.ready()
+  t.same(app.pace.names(), ['tenants'])
+})
+
+t.test('two paces of one route may not share a name', async t => {
+  const app = await paced(t)
+  t.throws(() => app.post('/token', {
+    config: {
+      pace: [
+        { name: 'x', perSecond: 10, key: 'client', spend: 'accepted' },
+        { name: 'x', perSecond: 10, key: 'source', spend: 'every' }
+      ]
+    }
+  }, ok), { message: 'exchangepace: route POST /token: config.pace must be paces with distinct names (two are named "x"), got "x"' })
+  t.throws(() => app.post('/token', {
+    config: {
+      pace: [
+        { perSecond: 10, key: 'client', spend: 'accepted' },
+        { perSecond: 20, key: 'client', spend: 'accepted' }
+      ]
+    }
+  }, ok), { message: 'exchangepace: route POST /token: config.pace must be paces with distinct names (two are named "/token#client"), got "/token#client"' }, 'two default names collide too')
+})
+
+t.test('default names: the URL for one pace, the URL and the key kind for several', async t => {
+  const app = await build(t, {}, app => {
+    app.post('/one', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, ok)
+    app.post('/one-in-array', { config: { pace: [{ perSecond: 1, key: 'source', spend: 'every' }] } }, ok)
+    app.post('/token', {
+      config: {
+        pace: [
+          { perSecond: 10, key: 'client', spend: 'accepted' },
+          { perSecond: 50, key: 'source', spend: 'every' },
+          { perSecond: 5, key: () => undefined, spend: 'accepted' },
+          { name: 'named', perSecond: 2, key: 'source', spend: 'accepted' }
+        ]
+      }
+    }, ok)
+    app.register(async function prefixed (app) {
+      app.get('/authorize', { config: { pace: { perSecond: 3, key: 'source', spend: 'every' } } }, ok)
+    }, { prefix: '/oauth' })
+  })
+  t.same(app.pace.names().sort(), ['/oauth/authorize', '/one', '/one-in-array', '/token#client', '/token#key', '/token#source', 'named'])
+  t.same(['/token#client', '/token#source', '/token#key', 'named'].map(name => app.pace.get(name)!.perSecond), [10, 50, 5, 2])
+})
+
+t.test('an array config reserves from every pace of the route', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    app.post('/token', {
+      config: {
+        pace: [
+          { perSecond: 3, key: 'client', spend: 'accepted' },
+          { perSecond: 5, key: 'source', spend: 'every' }
+        ]
+      }
+    }, async (request) => request.pace!.held.map(({ name, key, spend }) => ({ name, key, spend })))
+  })
+  const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'c1']) })
+  t.same(response.json(), [
+    { name: '/token#source', key: '127.0.0.1', spend: 'every' },
+    { name: '/token#client', key: 'c1', spend: 'accepted' }
+  ], 'the source pace reserves in onRequest, the client pace in preHandler')
+  const statuses: number[] = []
+  for (let i = 0; i < 5; i++) statuses.push((await app.inject({ method: 'POST', url: '/token', ...form(['client_id', `c${i % 2 === 0 ? 2 : 3}`]) })).statusCode)
+  t.same(statuses, [200, 200, 200, 200, 429], 'the source ceiling of 5 stops the fifth request whatever the client')
+})
+
+t.test('GET, its automatic HEAD and POST of one URL share one pace', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    const config = { pace: { perSecond: 3, key: 'source', spend: 'every' } as const }
+    app.get('/authorize', { config }, ok)
+    app.post('/authorize', { config }, ok)
+  })
+  t.same(app.pace.names(), ['/authorize'])
+  const statuses = [
+    (await app.inject({ method: 'GET', url: '/authorize' })).statusCode,
+    (await app.inject({ method: 'HEAD', url: '/authorize' })).statusCode,
+    (await app.inject({ method: 'POST', url: '/authorize' })).statusCode,
+    (await app.inject({ method: 'GET', url: '/authorize' })).statusCode
+  ]
+  t.same(statuses, [200, 200, 200, 429])
+  t.equal(app.pace.get('/authorize')!.size, 1)
+})
+
+t.test('a HEAD request spends once, not once per derived route', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, ok)
+  })
+  const head = await app.inject({ method: 'HEAD', url: '/authorize' })
+  t.equal(head.statusCode, 200)
+  t.equal(head.headers.ratelimit, '"/authorize";r=1;t=1')
+})
+
+t.test('the plugin is registered once, under its name, for Fastify 5', async t => {
+  const app = await build(t, {}, () => {})
+  t.ok(app.hasPlugin('exchangepace'))
+  t.ok(app.hasDecorator('pace'))
+  t.ok(app.hasRequestDecorator('pace'))
+})

@@ -1,0 +1,53 @@
+import t from 'tap'
+import type { Pace, PaceStore } from '../lib/index.js'
+import { build, form, sharedBehaviour } from './shared-behaviour.js'
+
+// The store-independent behaviours on the in-memory default. The clock is frozen so that nothing
+// refills while a burst is in flight; the same suite holds on a store with a moving clock of its own.
+t.test('in-memory default', async t => {
+  sharedBehaviour(t, () => ({ now: () => 0 }))
+})
+
+/**
+ * A shared store that answers asynchronously from the replica's own pace: the plugin's path for
+ * stores that answer later (a Redis round trip), with the in-memory semantics and rows.
+ */
+const asyncStore = (): PaceStore => ({
+  scope: 'shared by all replicas',
+  pace: (_name: string, _perSecond: number, local: Pace) => ({
+    reserve: async (key: string) => {
+      await new Promise(resolve => setImmediate(resolve))
+      return local.reserve(key)
+    }
+  })
+})
+
+t.test('a store that answers asynchronously', async t => {
+  sharedBehaviour(t, () => ({ now: () => 0, store: asyncStore() }))
+})
+
+t.test('a store whose reserve rejects: the request fails with 500 and what it took is given back', async t => {
+  const failing: PaceStore = {
+    scope: 'shared by all replicas',
+    pace: (name: string, _perSecond: number, local: Pace) => ({
+      reserve: async (key: string) => {
+        if (name === 'broken') throw new Error('store down')
+        return local.reserve(key)
+      }
+    })
+  }
+  const app = await build(t, { now: () => 0, store: failing }, app => {
+    app.post('/token', {
+      config: {
+        pace: [
+          { name: 'working', perSecond: 1, key: 'client', spend: 'accepted' },
+          { name: 'broken', perSecond: 1, key: 'client', spend: 'accepted' }
+        ]
+      }
+    }, async () => ({ ok: true }))
+  })
+  const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'c']) })
+  t.equal(response.statusCode, 500)
+  t.equal(response.headers.ratelimit, undefined)
+  t.equal(app.pace.get('working')!.size, 0, 'the unit the first pace took was refunded, as for a key that throws')
+})

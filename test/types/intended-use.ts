@@ -1,0 +1,82 @@
+// Type test: the intended use of exchangepace compiles without casts. Compiled by
+// `tsc -p test/types/tsconfig.json` against the built package (dist, through the exports map).
+import Fastify, { type FastifyRequest } from 'fastify'
+import exchangePace, {
+  Pace,
+  PaceRegistry,
+  PaceTicket,
+  type ExchangePaceOptions,
+  type PaceOutcome,
+  type PaceRefusal,
+  type PaceRouteOptions
+} from 'exchangepace'
+
+const app = Fastify()
+
+const options: ExchangePaceOptions = {
+  now: () => performance.now(),
+  ipv6Subnet: 56,
+  maxKeyLength: 128,
+  errorResponseBuilder: (request: FastifyRequest, refusal: PaceRefusal) => ({
+    error: 'temporarily_unavailable',
+    error_description: `${request.url}: retry in ${refusal.retryAfter} s (${refusal.retryAfterMs} ms, ${refusal.perSecond}/s on ${refusal.name})`
+  })
+}
+await app.register(exchangePace, options)
+await app.register(exchangePace, {})
+await app.register(exchangePace)
+
+// One pace on a route, written inline.
+app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
+  const ticket = request.pace!
+  if (ticket.held.length === 0) {
+    ticket.outcome = 'rejected'
+    return reply.code(401).send({ error: 'invalid_client' })
+  }
+  const first = ticket.held[0]
+  const seen: { name: string, key: string, granted: boolean, remaining: number, settled: boolean } = {
+    name: first.name,
+    key: first.key,
+    granted: first.reservation.granted,
+    remaining: first.reservation.remaining,
+    settled: ticket.settled
+  }
+  return seen
+})
+
+// Several paces, one of them keyed by a custom function, and a name.
+app.post('/introspect', {
+  config: {
+    pace: [
+      { perSecond: 10, key: 'client', spend: 'accepted' },
+      { perSecond: 50, key: 'source', spend: 'every' },
+      { name: 'tenants', perSecond: 5, key: (request: FastifyRequest) => request.headers['x-tenant'] as string | undefined, spend: 'accepted' }
+    ]
+  }
+}, async (request) => {
+  request.pace!.outcome = 'rejected'
+  const outcome: PaceOutcome = request.pace!.outcome
+  return { outcome }
+})
+
+// A custom key function declared apart, inferred from the route option type.
+const perTenant: PaceRouteOptions = { perSecond: 2, key: request => request.ip.startsWith('10.') ? undefined : request.ip, spend: 'every' }
+const paces: readonly PaceRouteOptions[] = [perTenant]
+app.get('/authorize', { config: { pace: paces } }, async () => ({ ok: true }))
+app.get('/authorize-one', { config: { pace: perTenant } }, async () => ({ ok: true }))
+
+// Unpaced routes see request.pace as possibly null.
+app.get('/plain', async (request) => ({ paced: request.pace !== null }))
+
+await app.ready()
+
+// The registry of this replica.
+const registry: PaceRegistry = app.pace
+const size: number | undefined = app.pace.get('/token')?.size
+const pace: Pace | undefined = registry.get('tenants')
+const names: string[] = registry.names()
+const reservation = pace?.reserve('k')
+reservation?.refund()
+const ticket: PaceTicket | null = null
+
+export { size, names, ticket }
