@@ -1,0 +1,26 @@
+// Type test: RedisStore takes the user's ioredis client (Redis or Cluster) without casts, and a
+// wrong option fails to compile.
+import Fastify from 'fastify'
+import { Redis, Cluster } from 'ioredis'
+import exchangePace, { RedisStore, type PaceStore, type RedisStoreOptions } from 'exchangepace'
+
+const redis = new Redis({ lazyConnect: true, enableAutoPipelining: true })
+const cluster = new Cluster([{ host: '127.0.0.1', port: 7000 }], { lazyConnect: true })
+
+const options: RedisStoreOptions = { client: redis, prefix: 'pace:', timeoutMs: 25, whenUnavailable: 'fallback', retryMs: 500 }
+const store: PaceStore = new RedisStore(options)
+const onCluster = new RedisStore({ client: cluster, whenUnavailable: 'closed' })
+const scope: string = onCluster.scope
+const down: boolean = onCluster.unavailable
+
+const app = Fastify()
+await app.register(exchangePace, { store })
+void scope
+void down
+
+// @ts-expect-error whenUnavailable is 'fallback', 'open' or 'closed'
+new RedisStore({ client: redis, whenUnavailable: 'retry' })
+// @ts-expect-error the client is required
+new RedisStore({ prefix: 'pace:' })
+// @ts-expect-error timeoutMs is a number of milliseconds
+new RedisStore({ client: redis, timeoutMs: '50ms' })
