@@ -136,6 +136,31 @@ function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
   }
 }
 
+/** Appends `item` to a structured-field list (RFC 8941) held as text. */
+function listItem (list: string, item: string): string {
+  return list === '' ? item : `${list}, ${item}`
+}
+
+/**
+ * Writes RateLimit-Policy and RateLimit for the units `held`: source quotas always, the others
+ * (which a stranger naming a client must not read) only when `showPrivate`. A source pace that
+ * refused the request, `refusedBy`, is listed last with nothing remaining.
+ */
+function writeQuota (reply: FastifyReply, held: readonly Holding[], showPrivate: boolean, refusedBy: BoundPace | null): void {
+  let policy = ''
+  let quota = ''
+  for (const { bound, reservation } of held) {
+    if (!showPrivate && !bound.public) continue
+    policy = listItem(policy, bound.policyItem)
+    quota = listItem(quota, `${bound.quotaPrefix}${reservation.remaining};t=1`)
+  }
+  if (refusedBy !== null && refusedBy.public) {
+    policy = listItem(policy, refusedBy.policyItem)
+    quota = listItem(quota, `${refusedBy.quotaPrefix}0;t=1`)
+  }
+  if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
+}
+
 function sendInvalidRequest (reply: FastifyReply, description: string): void {
   reply.code(400)
     .header('cache-control', 'no-store')
@@ -195,14 +220,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       .header('pragma', 'no-cache')
     // Source quotas go on every response, this one included: those an earlier hook (onRequest) holds,
     // then the refusing pace's own at zero. writeQuotaHeaders skips refused tickets.
-    const shown = (request.pace as PaceTicket<Holding>).held.filter(held => held.bound.public)
-    const policy = shown.map(held => held.bound.policyItem)
-    const quota = shown.map(held => `${held.bound.quotaPrefix}${held.reservation.remaining};t=1`)
-    if (bound.public) {
-      policy.push(bound.policyItem)
-      quota.push(`${bound.quotaPrefix}0;t=1`)
-    }
-    if (policy.length > 0) reply.header('ratelimit-policy', policy.join(', ')).header('ratelimit', quota.join(', '))
+    writeQuota(reply, (request.pace as PaceTicket<Holding>).held, false, bound)
     reply.send(buildRefusalBody(request, refusal))
   }
 
@@ -265,21 +283,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   /** onSend: the quota headers, once the outcome is known. A refusal wrote its own. */
   function writeQuotaHeaders (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
     const ticket = request.pace as PaceTicket<Holding> | null
-    if (ticket !== null && !ticket.refused) {
-      const showAll = ticket.outcome === 'accepted'
-      let policy = ''
-      let quota = ''
-      for (const { bound, reservation } of ticket.held) {
-        if (!showAll && !bound.public) continue
-        if (policy !== '') {
-          policy += ', '
-          quota += ', '
-        }
-        policy += bound.policyItem
-        quota += `${bound.quotaPrefix}${reservation.remaining};t=1`
-      }
-      if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
-    }
+    if (ticket !== null && !ticket.refused) writeQuota(reply, ticket.held, ticket.outcome === 'accepted', null)
     // A client that hangs up after its body was read gets no onRequestAbort (Node closed the request
     // stream at its end, not aborted) and no onResponse (the response never finishes): the outcome
     // is final here, so treat it as the abort it is.
