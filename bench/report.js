@@ -1,0 +1,303 @@
+// Builds benchmarks.md and fidelity.svg from the JSON the parts wrote. Used by bench/run.js; run
+// alone (`node bench/report.js [RESULTS_DIR] [DOCS_DIR]`) to rebuild the report without measuring.
+
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { BENCH_DIR, PARTS } from './common.js'
+
+const f = (value, digits = 1) => Number.isFinite(value) ? value.toFixed(digits) : String(value)
+const x = (value, digits = 2) => `${f(value, digits)}x`
+/** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
+const spread = (s, digits = 2, how = 'iqr') => how === 'iqr'
+  ? `${x(s.median, digits)} (${f(s.p25, digits)}-${f(s.p75, digits)})`
+  : `${x(s.median, digits)} (${f(s.min, digits)}-${f(s.max, digits)})`
+const verdict = met => met ? 'met' : '**missed**'
+
+function mdTable (header, rows, align) {
+  const line = cells => `| ${cells.join(' | ')} |`
+  const rule = header.map((_, i) => (align?.[i] ?? (i === 0 ? 'l' : 'r')) === 'l' ? ':--' : '--:')
+  return [line(header), line(rule), ...rows.map(line)].join('\n')
+}
+
+function readResults (dir) {
+  const results = {}
+  for (const part of PARTS) {
+    const file = join(dir, `${part}.json`)
+    if (existsSync(file)) results[part] = JSON.parse(readFileSync(file, 'utf8'))
+  }
+  return results
+}
+
+function machineSection (results) {
+  const parts = Object.values(results)
+  const machines = [...new Set(parts.map(r => JSON.stringify(r.machine)))].map(m => JSON.parse(m))
+  const out = ['## Machine and commands', '']
+  for (const m of machines) {
+    out.push(`- OS: ${m.os}`, `- CPU: ${m.cpu}, ${m.cores} cores, ${m.memoryGB} GB`, `- Node.js ${m.node} (V8 ${m.v8})`, '')
+  }
+  out.push('Each part ran in its own process; the date, the exact command and the load average (1, 5, 15 min) when it finished:', '')
+  out.push(mdTable(['part', 'date (UTC)', 'command', 'mode', 'load average'], parts.map(r => [
+    r.part, r.date.replace('T', ' ').replace(/\.\d+Z$/, ''), `\`${r.command}\``, r.mode, r.loadavg.map(l => f(l, 2)).join(' ')
+  ]), ['l', 'l', 'l', 'l', 'l']))
+  out.push('', 'The machine is shared (other work runs on it at the same time), so absolute figures drift from run to run; the ratios are what the parts are built to hold steady: every comparison is between alternatives measured in the same process or the same run, in interleaved rounds.', '')
+  return out.join('\n')
+}
+
+function summarySection (results) {
+  const rows = []
+  const { bucket, memory, http, fidelity, flood } = results
+  if (bucket?.target) {
+    rows.push(['Bucket cost, 10k live keys', '<= 0.7x LocalStore `incr`', `${spread(bucket.target.ratio)} of LocalStore`, verdict(bucket.target.met)])
+  }
+  if (memory) {
+    const live = memory.live
+    const worst = live.reduce((a, b) => b.exchangepace.perKey > a.exchangepace.perKey ? b : a)
+    rows.push(['Heap per live key', '<= 64 bytes', `${f(live[0].exchangepace.perKey)} B at ${live[0].keys.toLocaleString('en-US')} keys` +
+      (worst !== live[0] ? `; ${f(worst.exchangepace.perKey)} B at ${worst.keys.toLocaleString('en-US')} (just past a doubling)` : ''),
+    live[0].exchangepace.perKey <= 64 ? (worst.exchangepace.perKey <= 64 ? 'met' : 'met at 1M; **missed** past a doubling') : verdict(false)])
+    const fl = memory.flood.exchangepace
+    rows.push([`${fl.ids.toLocaleString('en-US')} refunded ids`, '0 rows, heap back within a few MB', `${fl.rows} rows, ${f(fl.heapGrowthMB, 2)} MB`, verdict(fl.rows === 0 && Math.abs(fl.heapGrowthMB) < 4)])
+    const sp = memory.spenders
+    rows.push([`${sp.ids.toLocaleString('en-US')} spenders, one horizon later`, '0 rows', `${sp.rowsAfterHorizon} rows, ${f(sp.heapGrowthAfterHorizonMB, 2)} MB`, verdict(sp.rowsAfterHorizon === 0)])
+  }
+  if (http) {
+    const seq = kind => http.sequential.main.configs.find(c => c.kind === kind).cpuRatio
+    const par = kind => http.paired.main.pairs.find(p => p.kind === kind).cpuRatio
+    rows.push(['HTTP server CPU per request, sequential rounds', '<= 1.05x bare', `exchangepace ${spread(seq('exchangepace'), 3, 'range')}; empty hooks ${x(seq('empty').median, 3)}, @fastify/rate-limit ${x(seq('ratelimit').median, 3)}`, verdict(seq('exchangepace').median <= 1.05)])
+    rows.push(['HTTP server CPU per request, paired rounds', '<= 1.05x bare', `exchangepace ${spread(par('exchangepace'), 3, 'range')}; empty hooks ${x(par('empty').median, 3)}, @fastify/rate-limit ${x(par('ratelimit').median, 3)}`, verdict(par('exchangepace').median <= 1.05)])
+  }
+  if (fidelity) {
+    const edge = fidelity.schedules['window edge']
+    rows.push(['Fidelity (10/s)', '<= rate x (1 + w) in any w-second window', `1 s window, window-edge schedule: exchangepace ${edge.exchangepace.maxInWindow[1]}, @fastify/rate-limit ${edge['@fastify/rate-limit'].maxInWindow[1]}; 10 ms window: ${edge.exchangepace.maxInWindow[0.01]} vs ${edge['@fastify/rate-limit'].maxInWindow[0.01]}`, verdict(fidelity.target.met)])
+  }
+  if (flood) {
+    const e = flood.results.exchangepace
+    const r = flood.results['@fastify/rate-limit']
+    rows.push(['Key flood', "victim's pace untouched", `admitted over rate: exchangepace ${e.admittedOverRate}, @fastify/rate-limit ${r.admittedOverRate} (of ${r.victimAllowed} allowed)`, verdict(flood.target.met)])
+  }
+  return ['## Summary', '', mdTable(['question', 'target', 'measured (median, spread)', ''], rows, ['l', 'l', 'l', 'l']), ''].join('\n')
+}
+
+function bucketSection (bucket) {
+  const out = ['## 1. Bucket cost', '',
+    'Nanoseconds per call, in one process: `Pace#reserve` (plus `Reservation#refund` on a pseudo-random half of the calls) against @fastify/rate-limit\'s `LocalStore#incr` and rate-limiter-flexible\'s `RateLimiterMemory#consume`, over the same key strings visited in the same shuffled order. The three run in interleaved rounds (the order rotates every round, a minor GC before each), each round about 40 ms of calls; the figure is the median round, the ratio the median of the per-round ratios to LocalStore, with the quartiles of those ratios in brackets. Keys are built, flattened and hashed before any contender sees them.',
+    '',
+    '- **live keys**: every key holds state for the whole run (N clients that spent within the horizon). exchangepace reads the real clock on every call (`performance.now`, as its default does), scaled by 1e-12 so that no bucket refills during the run: every call finds its row, no call is refused, and a refund never empties a row (such a refund, of a unit taken from a bucket that was not full, reads the clock again to check that the unit was taken within the horizon). The scaling closure counts against exchangepace. LocalStore\'s LRU is sized to hold every key.',
+    '- **strangers**: 1M ids that hold nothing, as in a flood of declared ids: exchangepace (default clock, 10/s) reserves and refunds each one (the wrong-secret path: a row is inserted, then deleted); LocalStore and RLF run at their defaults.',
+    '']
+  out.push(mdTable(['workload', 'keys', 'exchangepace ns', 'LocalStore ns', 'RLF memory ns', 'exchangepace / LocalStore', 'RLF / LocalStore'], bucket.results.map(r => [
+    r.workload, r.keys.toLocaleString('en-US'), f(r.nsPerOp.exchangepace.median), f(r.nsPerOp.LocalStore.median), f(r.nsPerOp['RLF memory'].median),
+    spread(r.ratioToLocalStore.exchangepace), spread(r.ratioToLocalStore['RLF memory'])
+  ])))
+  out.push('', `Rows held by exchangepace at the end: ${bucket.results.map(r => `${r.rowsAfter.toLocaleString('en-US')} (${r.workload}, ${r.keys.toLocaleString('en-US')})`).join(', ')}; calls refused: ${bucket.results.reduce((n, r) => n + r.refused, 0)}.`)
+  const clocks = bucket.clockReads
+  const clockText = clocks ? `on this machine one read of \`performance.now\` costs ${f(clocks['performance.now'].median)} ns and one of \`Date.now\` ${f(clocks['Date.now'].median)} ns (medians of the same kind of rounds), a large part of every call at 1 key` : 'every call reads a clock once'
+  out.push('', `What the figures are made of: ${clockText}. Beyond that, LocalStore does two Map lookups (an LRU \`get\` and \`set\`) and moves the entry to the tail of its list; exchangepace does one Map lookup (key to slot) and reads and writes a \`Float64Array\`, and allocates the returned reservation. At 1M keys every structure misses the CPU caches on most calls and the figures are dominated by memory latency. RateLimiterMemory allocates a promise and a result object per call, and a timer per key per window.`, '')
+  return out.join('\n')
+}
+
+function memorySection (memory) {
+  const out = ['## 2. Memory', '',
+    'Run with `--expose-gc`; each figure is the difference of `heapUsed + arrayBuffers` (exchangepace keeps its numbers in typed arrays, outside the V8 heap) between two readings that each follow full collections. For bytes per key the key strings exist before the first reading and after the last, so they are not counted. The rate is 7.3/s and the clock a fixed fractional millisecond, so every stored number is a real double.',
+    '']
+  out.push(mdTable(['live keys', 'exchangepace B/key', 'LocalStore B/key', 'RLF memory B/key'], memory.live.map(r => [
+    r.keys.toLocaleString('en-US'), f(r.exchangepace.perKey), f(r.LocalStore.perKey), f(r['RLF memory'].perKey)
+  ])))
+  const slotBytes = keys => 12 * Math.max(16, 2 ** Math.ceil(Math.log2(keys))) / keys
+  const worst = memory.live.reduce((a, b) => b.exchangepace.perKey > a.exchangepace.perKey ? b : a)
+  out.push('', `exchangepace holds per key one Map entry (key to slot index, a small integer V8 keeps unboxed) and one slot: 8 bytes in a \`Float64Array\` and 4 in the \`Int32Array\` of free slots. V8's Map stores an entry in 3 pointers (24 bytes) plus half a bucket pointer, and it grows by doubling, as the slot arrays do; so the cost per key is lowest just below a power of two (1M keys fill 95% of 2^20 slots) and highest just past one (2^19 + 1 keys leave the tables half empty). At ${worst.keys.toLocaleString('en-US')} keys the slot arrays account for ${f(slotBytes(worst.keys))} of the ${f(worst.exchangepace.perKey)} bytes and the Map for the other ${f(worst.exchangepace.perKey - slotBytes(worst.keys))}, which no JavaScript code controls.`, '')
+  const fl = memory.flood
+  const sp = memory.spenders
+  out.push(mdTable(['flood', 'ids', 'rows left', 'heap growth'], [
+    ['exchangepace, every id refunded', fl.exchangepace.ids.toLocaleString('en-US'), fl.exchangepace.rows, `${f(fl.exchangepace.heapGrowthMB, 2)} MB`],
+    ['LocalStore (default LRU of 5000)', fl.exchangepace.ids.toLocaleString('en-US'), fl.LocalStore.rows.toLocaleString('en-US'), `${f(fl.LocalStore.heapGrowthMB, 2)} MB`],
+    ['RateLimiterMemory (1 s window, records expire by timer)', fl.exchangepace.ids.toLocaleString('en-US'), fl['RLF memory'].rows.toLocaleString('en-US'), `${f(fl['RLF memory'].heapGrowthMB, 2)} MB`],
+    ['exchangepace, every id spent', sp.ids.toLocaleString('en-US'), sp.rowsAfterSpending.toLocaleString('en-US'), `${f(sp.heapGrowthWhileLiveMB, 2)} MB (rows and the ids themselves)`],
+    ['... one horizon (1 s) later, after the next reserve', sp.ids.toLocaleString('en-US'), sp.rowsAfterHorizon, `${f(sp.heapGrowthAfterHorizonMB, 2)} MB`]
+  ], ['l', 'r', 'r', 'r']))
+  out.push('', 'The ids of the floods are made one by one, as requests would bring them. A refunded stranger leaves a full bucket, which is no row; spenders leave rows for at most one horizon, and the sweep inside the next `reserve` removes them. LocalStore stays bounded by evicting, which is what the key flood below exploits.', '')
+  return out.join('\n')
+}
+
+function httpSection (http, bucketNs) {
+  const seq = http.sequential
+  const par = http.paired
+  const out = ['## 3. HTTP cost', '',
+    `The same token route (\`POST /token\`, @fastify/formbody, a \`client_credentials\` body with \`client_secret_post\`) served four ways, each by its own server process on loopback: **bare**; **empty hooks** (a no-op preHandler and onResponse on the route: the shape of exchangepace's hooks with nothing in them, the floor of the design and a gauge of each run's noise); **exchangepace** (per declared client id, spend 'accepted', a rate never reached); **@fastify/rate-limit** (keyed by the body's client_id in preHandler, default LocalStore). ${http.pinned ? 'Servers are pinned to core 0 and the load generator (autocannon) to core 1 with `taskset`.' : 'taskset was not available: nothing was pinned.'} A server reads \`process.cpuUsage()\` (user + system) when told over IPC that a round starts and ends, outside the measured route, and counts the requests it received. Every repetition starts fresh server processes and warms each configuration up.`,
+    '',
+    `- **sequential**: each configuration in turn has the core for ${http.roundSeconds} s under autocannon (${seq.main.load.connections} connections, ${seq.main.load.pipelining} request at a time on each), the order alternating between rounds; a round's ratio is against bare's figure in the same round.`,
+    `- **paired**: a configuration and its baseline are loaded at the same time for ${http.roundSeconds} s, both on core 0, one autocannon each (${par.main.load.connections} connections, ${par.main.load.pipelining} requests pipelined on each, so that both stay busy); whatever else the machine runs in that second weighs on both alike. Pipelining makes a request cheaper (fewer reads and writes), so a plugin's share of it, and the ratio, is if anything larger than with one request at a time.`,
+    '',
+    'Per repetition, the median of the per-round ratios; the tables give the median over repetitions with their range in brackets, and the quartiles of every per-round ratio.',
+    '']
+  const sequentialTable = (g, title) => {
+    out.push(`**${title}**, sequential (${g.repetitions} repetitions x ${g.rounds} rounds):`, '')
+    out.push(mdTable(['configuration', 'CPU µs/req', 'CPU / baseline', 'per-round quartiles', 'req/s', 'req/s / baseline', 'server CPU use', 'responses'], g.configs.map(c => {
+      const isBase = c.name === c.baseline
+      return [
+        c.name, f(c.cpuPerRequestMicros.median), isBase ? '1 (baseline)' : spread(c.cpuRatio, 3, 'range'),
+        isBase ? '' : `${f(c.cpuRatio.rounds.p25, 3)}-${f(c.cpuRatio.rounds.p75, 3)}`,
+        f(c.requestsPerSecond.median, 0), isBase ? '1' : spread(c.rpsRatio, 3, 'range'),
+        `${f(100 * c.utilization.median, 0)}%`,
+        Object.entries(c.statuses).map(([code, n]) => `${code}: ${n.toLocaleString('en-US')}`).join(', ')
+      ]
+    }), ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'l']))
+    out.push('')
+  }
+  const pairedTable = (g, title) => {
+    out.push(`**${title}**, paired (${g.repetitions} repetitions x ${g.rounds} rounds):`, '')
+    out.push(mdTable(['configuration', 'baseline', 'CPU µs/req (baseline)', 'CPU / baseline', 'per-round quartiles', 'responses'], g.pairs.map(p => [
+      p.name, p.baseline, `${f(p.cpuPerRequestMicros.median)} (${f(p.baselineCpuPerRequestMicros.median)})`, spread(p.cpuRatio, 3, 'range'),
+      `${f(p.cpuRatio.rounds.p25, 3)}-${f(p.cpuRatio.rounds.p75, 3)}`,
+      Object.entries(p.statuses).map(([code, n]) => `${code}: ${n.toLocaleString('en-US')}`).join(', ')
+    ]), ['l', 'l', 'r', 'r', 'r', 'l']))
+    out.push('')
+  }
+  sequentialTable(seq.main, 'Accepted exchanges (200)')
+  const beyond = seq.main.configs.filter(c => c.cpuRatioToEmptyHooks)
+  if (beyond.length > 0) {
+    out.push(`Against the empty hooks instead of bare (the same sequential rounds): ${beyond.map(c => `${c.name} ${spread(c.cpuRatioToEmptyHooks, 3, 'range')}`).join(', ')}.`, '')
+  }
+  pairedTable(par.main, 'Accepted exchanges (200)')
+  sequentialTable(seq.paths, 'The refund path and the 429 path')
+  pairedTable(par.paths, 'The refund path and the 429 path')
+  const pace = seq.main.configs.find(c => c.kind === 'exchangepace')
+  const bare = seq.main.configs.find(c => c.kind === 'bare')
+  const live = bucketNs?.results.find(r => r.workload === 'live keys' && r.keys === 10_000)
+  if (pace && bare && live) {
+    const extraMicros = pace.cpuPerRequestMicros.median - bare.cpuPerRequestMicros.median
+    out.push(`The bucket is a small part of the difference: one \`reserve\` (with a refund on half the calls) costs ${f(live.nsPerOp.exchangepace.median)} ns at 10k live keys in part 1, against the ${f(extraMicros, 1)} µs per request exchangepace adds to bare here (medians). The rest is the plugin's work around it inside Fastify on every paced request: the ticket on \`request.pace\`, reading the declared client id, the two quota headers written in an onSend hook, settling in onResponse, and the route's 429 response schema.`, '')
+  }
+  out.push('The refund path (wrong secret: the handler sets `request.pace.outcome = \'rejected\'` and the unit is refunded) is compared with bare answering the same 401; each 429 path (`POST /token-tight` at 1/s: all but about one request a second refused) with bare answering 200 on that route. "server CPU use" is the share of the round the server spent on the CPU: well below 100% means the load generator, or other work on the machine, held it back, and the sequential figures then also carry the cost of waking up for fewer requests at a time.', '')
+  return out.join('\n')
+}
+
+function fidelitySection (fidelity, svgName) {
+  const out = ['## 4. Fidelity', '',
+    `One client at ${fidelity.rate}/s, in simulated time through the real plugins and routes (\`inject\`; exchangepace gets the clock as its \`now\` option, @fastify/rate-limit's Date.now is replaced), so the worst moments are hit exactly and every run gives the same figures. **window edge**: one request opens @fastify/rate-limit's window (t = 50 ms), a burst fires 1 ms before it ends (t = 1049 ms) and another as it rolls over (t = 1050 ms), and again every 2 s; **greedy**: the client fires until refused every 10 ms. The most requests admitted in any half-open window of w seconds, against exchangepace's bound of rate x (1 + w) (a full bucket of one second, then the refill):`,
+    '']
+  for (const [schedule, byLibrary] of Object.entries(fidelity.schedules)) {
+    out.push(`**${schedule}** (${fidelity.seconds} s):`, '')
+    out.push(mdTable(['window w', 'bound rate x (1 + w)', 'exchangepace', '@fastify/rate-limit'], fidelity.widths.map(w => [
+      `${w} s`, f(fidelity.rate * (1 + w), 1), byLibrary.exchangepace.maxInWindow[w], byLibrary['@fastify/rate-limit'].maxInWindow[w]
+    ])))
+    out.push('', `Admitted in all: exchangepace ${byLibrary.exchangepace.admitted}, @fastify/rate-limit ${byLibrary['@fastify/rate-limit'].admitted}.`, '')
+  }
+  out.push(`![Requests admitted per 100 ms for one client at 10/s, exchangepace against @fastify/rate-limit](${svgName})`, '')
+  out.push('At a window edge a fixed window admits nearly twice its limit within a millisecond, and does it again at every edge the client sets up. exchangepace admits a full bucket (one second of the rate) after a silence and the rate after that; its bound is reached only by the greedy client, whose first second is the bucket plus its refill, never more.', '')
+  return out.join('\n')
+}
+
+function floodSection (flood) {
+  const e = flood.results.exchangepace
+  const r = flood.results['@fastify/rate-limit']
+  const out = ['## 5. Key flood', '',
+    `Simulated time again, both limiters at ${flood.rate}/s per client id. Every ${flood.tickMs} ms an attacker sends ${flood.strangersPerTick} requests naming fresh random client ids with wrong secrets (more than @fastify/rate-limit's default LRU of 5000 holds), then requests with the victim's id and secret fire until one is refused (the victim over its rate, or anyone holding its credentials). Over ${e.seconds} s a limiter that keeps the rate admits at most rate x (1 + ${e.seconds}) = ${e.victimAllowed} for that id.`,
+    '']
+  out.push(mdTable(['', "victim's id admitted", 'allowed', 'admitted over rate', 'rows at the end'], [
+    ['exchangepace', e.victimAdmitted, e.victimAllowed, e.admittedOverRate, `${e.rows} (the victim)`],
+    ['@fastify/rate-limit', r.victimAdmitted, r.victimAllowed, r.admittedOverRate, `${r.rows} (its LRU, full of strangers)`]
+  ]))
+  out.push('', `Each flood of strangers evicts the victim's counter from @fastify/rate-limit's LRU, so every ${flood.tickMs} ms the id starts a fresh window: ${r.victimPerTick.join(', ')} admitted per tick. exchangepace refunds every stranger (wrong secret), which leaves no row, and never evicts a bucket that is not full: ${e.victimPerTick.join(', ')} per tick, the bucket and then the rate.`, '')
+  return out.join('\n')
+}
+
+const SCHEDULE_NOTES = {
+  'window edge': "a burst 1 ms before @fastify/rate-limit's window rolls over and another as it does, every 2 s",
+  greedy: 'fire until refused, every 10 ms'
+}
+
+/** The fidelity chart: admitted per 100 ms, one panel per schedule. */
+export function fidelitySvg (fidelity) {
+  const width = 860
+  const panelHeight = 230
+  const margin = { left: 56, right: 20, top: 78, bottom: 54 }
+  const schedules = Object.entries(fidelity.schedules)
+  const height = margin.top + schedules.length * (panelHeight + margin.bottom) + 10
+  const colors = { exchangepace: '#1f6fb2', '@fastify/rate-limit': '#e07b00' }
+  const bins = schedules[0][1].exchangepace.per100ms.length
+  const yMax = Math.max(5, ...schedules.flatMap(([, byLibrary]) => Object.values(byLibrary).flatMap(r => r.per100ms)))
+  const yTop = Math.ceil(yMax / 5) * 5
+  const plotWidth = width - margin.left - margin.right
+  const binWidth = plotWidth / bins
+  const esc = text => String(text).replace(/&/g, '&amp;').replace(/</g, '&lt;')
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="Helvetica, Arial, sans-serif" font-size="12">`,
+    `<rect width="${width}" height="${height}" fill="#ffffff"/>`,
+    `<text x="${margin.left}" y="22" font-size="15" font-weight="bold">Requests admitted per 100 ms, one client at ${fidelity.rate}/s (simulated time)</text>`
+  ]
+  let legendX = margin.left
+  for (const [name, color] of Object.entries(colors)) {
+    parts.push(`<rect x="${legendX}" y="33" width="12" height="12" fill="${color}"/>`, `<text x="${legendX + 17}" y="43">${esc(name)}</text>`)
+    legendX += 40 + name.length * 7
+  }
+  parts.push(`<line x1="${legendX}" y1="39" x2="${legendX + 24}" y2="39" stroke="#444" stroke-dasharray="4 3"/>`, `<text x="${legendX + 29}" y="43">declared rate (${fidelity.rate / 10} per 100 ms)</text>`)
+  schedules.forEach(([schedule, byLibrary], index) => {
+    const top = margin.top + index * (panelHeight + margin.bottom)
+    const y = value => top + panelHeight - (value / yTop) * panelHeight
+    parts.push(`<text x="${margin.left}" y="${top - 12}"><tspan font-weight="bold">${esc(schedule)}</tspan>: ${esc(SCHEDULE_NOTES[schedule] ?? '')}</text>`)
+    for (let tick = 0; tick <= yTop; tick += 5) {
+      parts.push(`<line x1="${margin.left}" y1="${y(tick)}" x2="${width - margin.right}" y2="${y(tick)}" stroke="#e4e4e4"/>`,
+        `<text x="${margin.left - 8}" y="${y(tick) + 4}" text-anchor="end">${tick}</text>`)
+    }
+    const names = Object.keys(colors)
+    names.forEach((name, k) => {
+      const series = byLibrary[name].per100ms
+      const barWidth = (binWidth - 2) / names.length
+      series.forEach((count, bin) => {
+        if (count === 0) return
+        const bx = margin.left + bin * binWidth + 1 + k * barWidth
+        parts.push(`<rect x="${bx.toFixed(1)}" y="${y(count).toFixed(1)}" width="${barWidth.toFixed(1)}" height="${(top + panelHeight - y(count)).toFixed(1)}" fill="${colors[name]}"><title>${esc(name)}: ${count} admitted in ${bin * 100}-${bin * 100 + 100} ms</title></rect>`)
+      })
+    })
+    parts.push(`<line x1="${margin.left}" y1="${y(fidelity.rate / 10)}" x2="${width - margin.right}" y2="${y(fidelity.rate / 10)}" stroke="#444" stroke-dasharray="4 3"/>`)
+    parts.push(`<line x1="${margin.left}" y1="${top + panelHeight}" x2="${width - margin.right}" y2="${top + panelHeight}" stroke="#444"/>`)
+    for (let second = 0; second <= bins / 10; second++) {
+      const sx = margin.left + second * 10 * binWidth
+      parts.push(`<line x1="${sx}" y1="${top + panelHeight}" x2="${sx}" y2="${top + panelHeight + 5}" stroke="#444"/>`, `<text x="${sx}" y="${top + panelHeight + 18}" text-anchor="middle">${second} s</text>`)
+    }
+    parts.push(`<text x="16" y="${top + panelHeight / 2}" transform="rotate(-90 16 ${top + panelHeight / 2})" text-anchor="middle">admitted per 100 ms</text>`)
+  })
+  parts.push('</svg>')
+  return parts.join('\n') + '\n'
+}
+
+/** Writes benchmarks.md (and fidelity.svg when the fidelity part has run) into `docsDir`. */
+export function writeReport ({ resultsDir, docsDir }) {
+  const results = readResults(resultsDir)
+  const written = []
+  if (Object.keys(results).length === 0) return written
+  mkdirSync(docsDir, { recursive: true })
+  const svgName = 'fidelity.svg'
+  if (results.fidelity) {
+    writeFileSync(join(docsDir, svgName), fidelitySvg(results.fidelity))
+    written.push(join(docsDir, svgName))
+  }
+  const md = [
+    '# Benchmarks',
+    '',
+    '<!-- Generated by `npm run bench` (bench/run.js, bench/report.js) from bench/results/*.json: edit the generator, not this file. -->',
+    '',
+    'Four questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, and whether an attacker can reset or exhaust it. Each part below answers one, with @fastify/rate-limit (and, for the bucket, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
+    '',
+    'Run it: `npm run bench` (all parts, about 12 minutes), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
+    '',
+    summarySection(results),
+    machineSection(results),
+    results.bucket ? bucketSection(results.bucket) : null,
+    results.memory ? memorySection(results.memory) : null,
+    results.http ? httpSection(results.http, results.bucket) : null,
+    results.fidelity ? fidelitySection(results.fidelity, svgName) : null,
+    results.flood ? floodSection(results.flood) : null
+  ].filter(section => section !== null).join('\n')
+  writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
+  written.push(join(docsDir, 'benchmarks.md'))
+  return written
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const resultsDir = process.argv[2] ?? join(BENCH_DIR, 'results')
+  const docsDir = process.argv[3] ?? join(BENCH_DIR, '..', 'docs')
+  console.log(writeReport({ resultsDir, docsDir }).join('\n'))
+}

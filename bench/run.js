@@ -1,0 +1,59 @@
+#!/usr/bin/env node
+// `npm run bench`: runs the benchmark parts, each in its own process, then regenerates the report.
+//
+//   npm run bench                         every part, full length (about 12 minutes); raw JSON in
+//                                         bench/results/, report in docs/benchmarks.md and docs/fidelity.svg
+//   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is
+//                                         rebuilt from the latest JSON of every part
+//   npm run bench -- --quick              every part, shortened, for a quick look (about 2 minutes)
+//   npm run bench -- --smoke              the shortest form of every part (what test/bench.test.ts runs)
+//   npm run bench -- --out DIR            raw JSON and the report go to DIR instead
+//   npm run bench -- --docs DIR           the report goes to DIR
+//
+// --quick and --smoke write to bench/results/tmp-quick/ and bench/results/tmp-smoke/ (report
+// included) unless --out says otherwise, so a quick look never replaces the full figures.
+//
+// Parts: bucket (ns per call), memory (bytes per key, floods), http (CPU per request over
+// loopback, servers pinned with taskset), fidelity (admitted per window), flood (key flood).
+
+import { spawn } from 'node:child_process'
+import { join } from 'node:path'
+import { BENCH_DIR, PARTS, commandOf, log, optionArgs, parseOptions } from './common.js'
+import { writeReport } from './report.js'
+
+const argv = process.argv.slice(2)
+const options = parseOptions(argv)
+if (options.help) {
+  log('usage: npm run bench -- [--part bucket,memory,http,fidelity,flood] [--quick|--smoke] [--out DIR] [--docs DIR]')
+  process.exit(0)
+}
+const outGiven = argv.some(arg => arg === '--out' || arg.startsWith('--out='))
+if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results', `tmp-${options.mode}`)
+const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
+
+/** Node flags each part needs. */
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [] }
+
+function runPart (part) {
+  return new Promise(resolve => {
+    const child = spawn(process.execPath, [...FLAGS[part], join(BENCH_DIR, `${part}.js`), ...optionArgs(options)], { stdio: 'inherit' })
+    child.on('exit', (code, signal) => resolve(code === 0 ? null : `${part} failed (${signal ?? `exit ${code}`})`))
+  })
+}
+
+log(`bench: ${commandOf(options)}  (parts: ${options.parts.join(', ')}; results in ${options.out})`)
+const failures = []
+const started = Date.now()
+for (const part of PARTS.filter(p => options.parts.includes(p))) {
+  const partStart = Date.now()
+  log(`\n=== ${part} ===`)
+  const failure = await runPart(part)
+  if (failure) failures.push(failure)
+  log(`=== ${part}: ${failure ?? 'done'} in ${((Date.now() - partStart) / 1000).toFixed(0)} s ===`)
+}
+const written = writeReport({ resultsDir: options.out, docsDir: docs })
+log(`\nbench: report ${written.join(', ')}; ${((Date.now() - started) / 1000).toFixed(0)} s in all`)
+if (failures.length > 0) {
+  log(`bench: ${failures.join('; ')}`)
+  process.exit(1)
+}

@@ -1,0 +1,109 @@
+import t from 'tap'
+import { spawnSync } from 'node:child_process'
+import { existsSync, readFileSync, statSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+/**
+ * Runs every benchmark part once in its shortest form (`--smoke`), so that the benchmark cannot rot.
+ * It asserts the shape of what each part writes and figures that do not depend on timing (rows,
+ * statuses, the simulated fidelity and flood counts); it never asserts a duration or a ratio of
+ * durations. Everything goes to a test directory: docs/ and bench/results/ are not touched.
+ */
+
+const repo = fileURLToPath(new URL('..', import.meta.url))
+
+type Json = Record<string, any>
+
+const read = (dir: string, part: string): Json => JSON.parse(readFileSync(join(dir, `${part}.json`), 'utf8'))
+const mtime = (file: string): number | null => existsSync(file) ? statSync(file).mtimeMs : null
+
+t.setTimeout(180_000)
+
+t.test('npm run bench -- --smoke runs every part and writes its results and report', async t => {
+  const out = t.testdir({})
+  const kept = ['docs/benchmarks.md', 'docs/fidelity.svg', 'bench/results/bucket.json', 'bench/results/http.json']
+    .map(file => [file, mtime(join(repo, file))] as const)
+
+  const run = spawnSync(process.execPath, [join(repo, 'bench/run.js'), '--smoke', '--out', out], { cwd: repo, encoding: 'utf8', timeout: 170_000 })
+  t.equal(run.status, 0, `bench/run.js exits 0\n${run.stdout}\n${run.stderr}`)
+
+  for (const [file, before] of kept) t.equal(mtime(join(repo, file)), before, `${file} is left alone`)
+
+  t.test('bucket: a figure for every contender, live rows kept, strangers leave none', async t => {
+    const bucket = read(out, 'bucket')
+    t.equal(bucket.mode, 'smoke')
+    t.ok(bucket.machine.node && bucket.machine.cpu && bucket.date && bucket.command, 'machine, date and command')
+    const live = bucket.results.filter((r: Json) => r.workload === 'live keys')
+    t.same(live.map((r: Json) => r.keys), [1, 1000])
+    for (const r of bucket.results) {
+      for (const name of ['exchangepace', 'LocalStore', 'RLF memory']) {
+        t.ok(Number.isFinite(r.nsPerOp[name].median) && r.nsPerOp[name].median > 0, `${r.workload} ${r.keys}: ${name} ns/op`)
+        t.equal(r.samples[name].length, r.rounds)
+      }
+      t.equal(r.refused, 0, 'no call refused')
+    }
+    for (const r of live) t.equal(r.rowsAfter, r.keys, 'every live key keeps its row')
+    t.equal(bucket.results.find((r: Json) => r.workload === 'strangers').rowsAfter, 0, 'refunded strangers leave no row')
+  })
+
+  t.test('memory: bytes per key measured, refunded and expired ids leave no row', async t => {
+    const memory = read(out, 'memory')
+    for (const r of memory.live) {
+      for (const name of ['exchangepace', 'LocalStore', 'RLF memory']) {
+        t.ok(r[name].perKey > 0, `${name} bytes per key`)
+        t.equal(r[name].rows, r.keys, `${name} holds every key`)
+      }
+    }
+    t.equal(memory.flood.exchangepace.rows, 0)
+    t.equal(memory.flood.LocalStore.rows, 5000, 'LocalStore keeps its LRU full')
+    t.equal(memory.spenders.rowsAfterSpending, memory.spenders.ids)
+    t.equal(memory.spenders.rowsAfterHorizon, 0)
+  })
+
+  t.test('http: every configuration answered with the status it was built for, in both ways of running', async t => {
+    const http = read(out, 'http')
+    t.same(http.sequential.main.configs.map((c: Json) => c.kind), ['bare', 'empty', 'exchangepace', 'ratelimit'])
+    t.same(http.paired.main.pairs.map((p: Json) => p.kind), ['empty', 'exchangepace', 'ratelimit'], 'each paired with bare')
+    const sequential = [...http.sequential.main.configs, ...http.sequential.paths.configs]
+    const paired = [...http.paired.main.pairs, ...http.paired.paths.pairs]
+    for (const c of [...sequential, ...paired]) {
+      t.ok(c.statuses[c.expectedStatus] > 0, `${c.name}: ${c.expectedStatus} responses`)
+      t.ok(c.cpuPerRequestMicros.median > 0, `${c.name}: CPU per request`)
+      t.ok(Number.isFinite(c.cpuRatio.median), `${c.name}: a ratio to ${c.baseline}`)
+    }
+    for (const c of [...sequential, ...paired].filter((c: Json) => c.expectedStatus === 429)) {
+      t.ok(c.statuses[429] > (c.statuses[200] ?? 0), `${c.name}: mostly refused`)
+    }
+    t.ok(Number.isFinite(http.target.sequential.median) && Number.isFinite(http.target.paired.median), 'the target is reported both ways')
+  })
+
+  t.test('fidelity: exchangepace within rate x (1 + w), the fixed window about twice the rate at its edge', async t => {
+    const fidelity = read(out, 'fidelity')
+    for (const byLibrary of Object.values(fidelity.schedules) as Json[]) {
+      for (const w of fidelity.widths) t.ok(byLibrary.exchangepace.maxInWindow[w] <= fidelity.rate * (1 + w), `w = ${w}`)
+      t.equal(byLibrary.exchangepace.per100ms.length, fidelity.seconds * 10)
+    }
+    const edge = fidelity.schedules['window edge']
+    t.ok(edge['@fastify/rate-limit'].maxInWindow[0.01] >= 1.8 * fidelity.rate, 'nearly 2x the rate within 10 ms')
+    t.ok(fidelity.target.met)
+  })
+
+  t.test('flood: the victim keeps its pace under exchangepace, not under an evicting LRU', async t => {
+    const flood = read(out, 'flood')
+    t.equal(flood.results.exchangepace.admittedOverRate, 0)
+    t.equal(flood.results.exchangepace.rows, 1, 'only the victim, a spender, holds a row')
+    t.ok(flood.results['@fastify/rate-limit'].admittedOverRate > 0)
+  })
+
+  t.test('the report and the chart are written next to the results', async t => {
+    const md = readFileSync(join(out, 'benchmarks.md'), 'utf8')
+    for (const heading of ['## Summary', '## Machine and commands', '## 1. Bucket cost', '## 2. Memory', '## 3. HTTP cost', '## 4. Fidelity', '## 5. Key flood']) {
+      t.match(md, heading)
+    }
+    t.match(md, 'npm run bench -- --smoke')
+    const svg = readFileSync(join(out, 'fidelity.svg'), 'utf8')
+    t.match(svg, /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/)
+    t.match(svg, '@fastify/rate-limit')
+  })
+})
