@@ -219,7 +219,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       .header('cache-control', 'no-store')
       .header('pragma', 'no-cache')
     // Source quotas go on every response, this one included: those an earlier hook (onRequest) holds,
-    // then the refusing pace's own at zero. writeQuotaHeaders skips refused tickets.
+    // then the refusing pace's own at zero. beforeSend skips refused tickets.
     writeQuota(reply, (request.pace as PaceTicket<Holding>).held, false, bound)
     reply.send(buildRefusalBody(request, refusal))
   }
@@ -280,24 +280,23 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     return true
   }
 
-  /** onSend: the quota headers, once the outcome is known. A refusal wrote its own. */
-  function writeQuotaHeaders (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
+  /**
+   * onSend: the quota headers, now that the outcome is final (a refusal wrote its own). A client
+   * that hung up gets no onResponse (the response never finishes), whether it left while its body
+   * was arriving (Fastify's onRequestAbort) or after: every response passes here, so the ticket
+   * settles here when the socket is already gone, by the same rule as in onResponse.
+   */
+  function beforeSend (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
     const ticket = request.pace as PaceTicket<Holding> | null
-    if (ticket !== null && !ticket.refused) writeQuota(reply, ticket.held, ticket.outcome === 'accepted', null)
-    // A client that hangs up after its body was read gets no onRequestAbort (Node closed the request
-    // stream at its end, not aborted) and no onResponse (the response never finishes): the outcome
-    // is final here, so treat it as the abort it is.
-    if (ticket !== null && reply.raw.destroyed) ticket._abort()
+    if (ticket !== null) {
+      if (!ticket.refused) writeQuota(reply, ticket.held, ticket.outcome === 'accepted', null)
+      if (reply.raw.destroyed) ticket._settle()
+    }
     next(null, payload)
   }
 
   function settle (request: FastifyRequest, _reply: FastifyReply, next: HookHandlerDoneFunction): void {
     request.pace?._settle()
-    next()
-  }
-
-  function abort (request: FastifyRequest, next: HookHandlerDoneFunction): void {
-    request.pace?._abort()
     next()
   }
 
@@ -316,11 +315,8 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     if (late.length > 0) {
       routeOptions.preHandler = [(request, reply, next) => reserveAll(late, request, reply, next), ...hookList(routeOptions.preHandler)]
     }
-    routeOptions.onSend = [...hookList(routeOptions.onSend), writeQuotaHeaders]
+    routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
     routeOptions.onResponse = [settle, ...hookList(routeOptions.onResponse)]
-    if (rules.some(rule => rule.spend === 'accepted')) {
-      routeOptions.onRequestAbort = [abort, ...hookList(routeOptions.onRequestAbort)]
-    }
     routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store?.scope ?? PER_REPLICA)
   })
 

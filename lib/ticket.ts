@@ -21,10 +21,10 @@ export interface HeldReservation {
  *
  * Settlement happens once. At settlement, when the outcome is `'rejected'`, every reservation spent
  * `'accepted'` is refunded; everything else stays spent. The plugin settles when the response has
- * been sent (onResponse). A request whose client went away never gets onResponse, so an abort marks
- * the ticket and settles it as soon as the outcome is known to be `'rejected'`: otherwise a stranger
- * could hang up before the answer to make a failed exchange count against the client it named.
- * A ticket that is never settled keeps its units spent.
+ * been sent (onResponse), or, when the client went away before it (no onResponse then), as the
+ * response is handed to the dead socket (onSend): otherwise a stranger could hang up before the
+ * answer to make a failed exchange count against the client it named. A ticket that is never
+ * settled keeps its units spent.
  */
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** The units this request holds, in the order they were taken. */
@@ -33,7 +33,6 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   refused = false
   #outcome: PaceOutcome = 'accepted'
   #settled = false
-  #aborted = false
 
   /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
   get outcome (): PaceOutcome {
@@ -45,18 +44,11 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
       throw new TypeError(`exchangepace: request.pace.outcome must be 'accepted' or 'rejected', got ${String(value)}`)
     }
     this.#outcome = value
-    if (this.#aborted) this._settle()
   }
 
   /** Whether the reservations have been committed or refunded. */
   get settled (): boolean {
     return this.#settled
-  }
-
-  /** @internal The client went away before a response: settle now if the outcome is already known. */
-  _abort (): void {
-    this.#aborted = true
-    if (this.#outcome === 'rejected') this._settle()
   }
 
   /**

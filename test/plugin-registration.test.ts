@@ -85,7 +85,8 @@ t.test('routes without config.pace get no hooks at all; paced routes keep their 
     }, ok)
     app.post('/paced-accepted', {
       config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } },
-      onRequestAbort: [(_request, done) => done()]
+      onRequestAbort: [(_request, done) => done()],
+      onResponse: [(_request, _reply, done) => done()]
     }, ok)
   })
   const plain = seen.get('GET /plain')!
@@ -101,8 +102,10 @@ t.test('routes without config.pace get no hooks at all; paced routes keep their 
   t.equal((token.onSend as unknown[]).length, 2, 'the route\'s own onSend, then the quota headers')
   t.equal((token.onSend as unknown[])[0], ownOnSend)
   t.equal((token.onResponse as unknown[]).length, 2, 'settlement first, then the route\'s own onResponse')
-  t.type(token.onRequestAbort, 'function', 'spend every: nothing to settle on abort, the route\'s hook as given')
-  t.equal((seen.get('POST /paced-accepted')!.onRequestAbort as unknown[]).length, 2)
+  t.type(token.onRequestAbort, 'function', 'the route\'s onRequestAbort as given: hang-ups settle in onSend')
+  t.type(seen.get('POST /paced-accepted')!.onRequestAbort, 'array', 'as given')
+  t.equal((seen.get('POST /paced-accepted')!.onRequestAbort as unknown[]).length, 1)
+  t.equal((seen.get('POST /paced-accepted')!.onResponse as unknown[]).length, 2, 'settlement, then the route\'s own array of hooks')
 
   await app.inject({ method: 'POST', url: '/token' })
   t.same(calls, ['onRequest', 'preHandler', 'onSend', 'onResponse'], 'the route\'s own hooks all ran')

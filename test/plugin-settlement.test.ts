@@ -321,11 +321,13 @@ t.test('over a real socket: a POST whose client hangs up, then flagged rejected,
   Object.assign(refund, { refund: () => { refunds++; original() } })
   ticket.outcome = 'rejected'
   t.equal(refunds, 0, 'settled once: setting the flag again refunds nothing more')
+  ticket._settle()
+  t.equal(refunds, 0, 'a second settlement (a second pass through onSend) refunds nothing')
 })
 
 t.test('over a real socket: a POST whose client hangs up, without the flag, stays spent', async t => {
   const { app, ticket } = await abandonedToken(t, 'POST', 'never')
-  t.equal(ticket.settled, false, 'never settled: an unsettled reservation counts as spent')
+  t.equal(ticket.settled, true, 'committed as the answer met the dead socket')
   t.equal(app.pace.get('/token')!.size, 1)
   const again = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'victim']) })
   t.equal(again.statusCode, 429)
@@ -337,23 +339,24 @@ t.test('over a real socket: a POST flagged rejected before its client hung up is
   t.equal(app.pace.get('/token')!.size, 0)
 })
 
-t.test('over a real socket: a GET whose client hangs up gets onRequestAbort; a later flag refunds at once', async t => {
+t.test('over a real socket: a GET whose client hangs up gets onRequestAbort; the flag set later refunds as the answer meets the dead socket', async t => {
   const { app, ticket, abortHook } = await abandonedToken(t, 'GET', 'after')
-  t.equal(await abortHook.promise, false, 'not settled at the abort: the outcome was not known yet')
-  t.equal(ticket.settled, true, 'settled by the flag')
+  t.equal(await abortHook.promise, false, 'not settled at the abort: the outcome is not final before the answer')
+  t.equal(ticket.settled, true, 'settled in onSend')
   t.equal(await tryAgain(app), 401)
 })
 
-t.test('over a real socket: a GET flagged rejected before its client hung up is refunded at the abort', async t => {
-  const { app, abortHook } = await abandonedToken(t, 'GET', 'before')
-  t.equal(await abortHook.promise, true, 'settled by the abort itself')
+t.test('over a real socket: a GET flagged rejected before its client hung up is refunded', async t => {
+  const { app, ticket, abortHook } = await abandonedToken(t, 'GET', 'before')
+  t.equal(await abortHook.promise, false)
+  t.equal(ticket.settled, true)
   t.equal(await tryAgain(app), 401)
 })
 
 t.test('over a real socket: a GET whose client hangs up without the flag stays spent', async t => {
   const { app, ticket, abortHook } = await abandonedToken(t, 'GET', 'never')
   t.equal(await abortHook.promise, false)
-  t.equal(ticket.settled, false)
+  t.equal(ticket.settled, true, 'committed as the answer met the dead socket')
   t.equal(await tryAgain(app), 429)
 })
 
