@@ -7,6 +7,14 @@
 //   exchangepace   paced per declared client id, spend 'accepted' (refunded when the secret is wrong)
 //   ratelimit      @fastify/rate-limit, keyed by the body's client_id (so in preHandler, after the
 //                  body is parsed), its in-memory LocalStore with the default LRU of 5000
+//   floor          the hooks exchangepace adds with no pace in them: a no-op preHandler and
+//                  onResponse, and an onSend writing the two quota headers (RateLimit-Policy and
+//                  RateLimit) with fixed values: the least any plugin of this shape that sends the
+//                  draft's headers can cost
+//   exchangepace-redis, ratelimit-redis
+//                  the same two on Redis (127.0.0.1:6379, or REDIS_URL): exchangepace's RedisStore
+//                  and @fastify/rate-limit's Redis store, each with its own ioredis client with
+//                  auto-pipelining on
 //
 // Routes: POST /token at `perSecond` (default: a rate nobody reaches, so no request is refused),
 // and POST /token-tight at `tightPerSecond` (default 1/s), for the 429 path.
@@ -14,9 +22,11 @@
 import Fastify from 'fastify'
 import formbody from '@fastify/formbody'
 import rateLimit from '@fastify/rate-limit'
-import exchangePace from 'exchangepace'
+import Redis from 'ioredis'
+import exchangePace, { RedisStore } from 'exchangepace'
 
-export const KINDS = ['bare', 'empty', 'exchangepace', 'ratelimit']
+export const KINDS = ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis']
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 
 export const CLIENT_ID = 'reporting'
 export const CLIENT_SECRET = 'reporting-secret'
@@ -47,6 +57,23 @@ function token (request, reply) {
 
 const noop = (request, reply, done) => done()
 
+/** What exchangepace writes on an accepted response of a route paced at `rate`, as fixed strings. */
+function fixedQuotaHeaders (url, rate) {
+  const policy = `"${url}";q=${rate};w=1`
+  const quota = `"${url}";r=${rate - 1};t=1`
+  return (request, reply, payload, done) => {
+    reply.header('ratelimit-policy', policy).header('ratelimit', quota)
+    done(null, payload)
+  }
+}
+
+/** An ioredis client for a benchmark server, closed with the app. */
+function redisClient (app) {
+  const client = new Redis(REDIS_URL, { enableAutoPipelining: true, maxRetriesPerRequest: 1 })
+  app.addHook('onClose', async () => { await client.quit() })
+  return client
+}
+
 /**
  * A Fastify instance serving the token routes for `kind`. `now` is exchangepace's clock (tests of
  * fidelity inject one); @fastify/rate-limit reads Date.now, which the caller may replace.
@@ -57,15 +84,21 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
   await app.register(formbody)
   if (kind === 'exchangepace') await app.register(exchangePace, now === undefined ? {} : { now })
   if (kind === 'ratelimit') await app.register(rateLimit, { global: false })
+  if (kind === 'exchangepace-redis') await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:' }) })
+  if (kind === 'ratelimit-redis') await app.register(rateLimit, { global: false, redis: redisClient(app), nameSpace: 'bench:ratelimit:' })
 
   const route = (url, rate) => {
     const options = { config: {} }
     if (kind === 'empty') {
       options.preHandler = noop
       options.onResponse = noop
-    } else if (kind === 'exchangepace') {
+    } else if (kind === 'floor') {
+      options.preHandler = noop
+      options.onSend = fixedQuotaHeaders(url, rate)
+      options.onResponse = noop
+    } else if (kind.startsWith('exchangepace')) {
       options.config.pace = { perSecond: rate, key: 'client', spend: 'accepted' }
-    } else if (kind === 'ratelimit') {
+    } else if (kind.startsWith('ratelimit')) {
       options.config.rateLimit = {
         max: rate,
         timeWindow: 1000,

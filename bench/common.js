@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url'
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url))
 export const REPO_DIR = resolve(BENCH_DIR, '..')
-export const PARTS = ['bucket', 'memory', 'http', 'fidelity', 'flood']
+export const PARTS = ['bucket', 'memory', 'http', 'fidelity', 'flood', 'redis', 'instructions']
 
 /**
  * `--quick` shortens every part for a quick look; `--smoke` is the shortest form that still runs

@@ -46,7 +46,7 @@ function machineSection (results) {
 
 function summarySection (results) {
   const rows = []
-  const { bucket, memory, http, fidelity, flood } = results
+  const { bucket, memory, http, fidelity, flood, redis, instructions } = results
   if (bucket?.target) {
     rows.push(['Bucket cost, 10k live keys', '<= 0.7x LocalStore `incr`', `${spread(bucket.target.ratio)} of LocalStore`, verdict(bucket.target.met)])
   }
@@ -66,6 +66,20 @@ function summarySection (results) {
     const par = kind => http.paired.main.pairs.find(p => p.kind === kind).cpuRatio
     rows.push(['HTTP server CPU per request, sequential rounds', '<= 1.05x bare', `exchangepace ${spread(seq('exchangepace'), 3, 'range')}; empty hooks ${x(seq('empty').median, 3)}, @fastify/rate-limit ${x(seq('ratelimit').median, 3)}`, verdict(seq('exchangepace').median <= 1.05)])
     rows.push(['HTTP server CPU per request, paired rounds', '<= 1.05x bare', `exchangepace ${spread(par('exchangepace'), 3, 'range')}; empty hooks ${x(par('empty').median, 3)}, @fastify/rate-limit ${x(par('ratelimit').median, 3)}`, verdict(par('exchangepace').median <= 1.05)])
+    const floor = http.sequential.main.configs.find(c => c.kind === 'floor')
+    const pace = http.sequential.main.configs.find(c => c.kind === 'exchangepace')
+    if (floor && pace) {
+      rows.push(['HTTP: the floor of the contract (empty hooks + the two quota headers)', 'for reference', `floor ${spread(floor.cpuRatio, 3, 'range')} of bare (sequential); exchangepace ${x(pace.cpuRatioToEmptyHooks.median, 3)} of the empty hooks`, ''])
+    }
+  }
+  if (instructions?.results) {
+    const of = kind => instructions.results.find(r => r.kind === kind)
+    const text = ['empty', 'floor', 'exchangepace', 'ratelimit'].filter(of).map(kind => `${of(kind).name} ${x(of(kind).ratioToBare, 3)}`).join(', ')
+    rows.push(['Instructions per request (callgrind, deterministic)', '<= 1.05x bare', text, verdict(of('exchangepace').ratioToBare <= 1.05)])
+  }
+  if (redis?.target) {
+    rows.push(['Redis: server CPU per request vs @fastify/rate-limit\'s Redis store', '<= 1x', `sequential ${spread(redis.target.cpu.sequential, 3, 'range')}, paired ${spread(redis.target.cpu.paired, 3, 'range')}`, verdict(redis.target.cpu.sequential.median <= 1 && redis.target.cpu.paired.median <= 1)])
+    rows.push(['Redis: peak requests/s vs @fastify/rate-limit\'s Redis store', '>= 1x', `sequential ${spread(redis.target.requestsPerSecond.sequential, 3, 'range')}`, verdict(redis.target.requestsPerSecond.sequential.median >= 1)])
   }
   if (fidelity) {
     const edge = fidelity.schedules['window edge']
@@ -124,7 +138,7 @@ function httpSection (http, bucketNs) {
   const seq = http.sequential
   const par = http.paired
   const out = ['## 3. HTTP cost', '',
-    `The same token route (\`POST /token\`, @fastify/formbody, a \`client_credentials\` body with \`client_secret_post\`) served four ways, each by its own server process on loopback: **bare**; **empty hooks** (a no-op preHandler and onResponse on the route: the shape of exchangepace's hooks with nothing in them, the floor of the design and a gauge of each run's noise); **exchangepace** (per declared client id, spend 'accepted', a rate never reached); **@fastify/rate-limit** (keyed by the body's client_id in preHandler, default LocalStore). ${http.pinned ? 'Servers are pinned to core 0 and the load generator (autocannon) to core 1 with `taskset`.' : 'taskset was not available: nothing was pinned.'} A server reads \`process.cpuUsage()\` (user + system) when told over IPC that a round starts and ends, outside the measured route, and counts the requests it received. Every repetition starts fresh server processes and warms each configuration up.`,
+    `The same token route (\`POST /token\`, @fastify/formbody, a \`client_credentials\` body with \`client_secret_post\`) served five ways, each by its own server process on loopback: **bare**; **empty hooks** (a no-op preHandler and onResponse on the route: the shape of the design with nothing in it, and a gauge of each run's noise); **floor** (the empty hooks plus an onSend that writes the two quota headers the RateLimit draft asks for, with fixed values: the least any plugin of this shape that sends those headers can cost); **exchangepace** (per declared client id, spend 'accepted', a rate never reached); **@fastify/rate-limit** (keyed by the body's client_id in preHandler, default LocalStore). ${http.pinned ? 'Servers are pinned to core 0 and the load generator (autocannon) to core 1 with `taskset`.' : 'taskset was not available: nothing was pinned.'} A server reads \`process.cpuUsage()\` (user + system) when told over IPC that a round starts and ends, outside the measured route, and counts the requests it received. Every repetition starts fresh server processes and warms each configuration up.`,
     '',
     `- **sequential**: each configuration in turn has the core for ${http.roundSeconds} s under autocannon (${seq.main.load.connections} connections, ${seq.main.load.pipelining} request at a time on each), the order alternating between rounds; a round's ratio is against bare's figure in the same round.`,
     `- **paired**: a configuration and its baseline are loaded at the same time for ${http.roundSeconds} s, both on core 0, one autocannon each (${par.main.load.connections} connections, ${par.main.load.pipelining} requests pipelined on each, so that both stay busy); whatever else the machine runs in that second weighs on both alike. Pipelining makes a request cheaper (fewer reads and writes), so a plugin's share of it, and the ratio, is if anything larger than with one request at a time.`,
@@ -167,7 +181,7 @@ function httpSection (http, bucketNs) {
   const live = bucketNs?.results.find(r => r.workload === 'live keys' && r.keys === 10_000)
   if (pace && bare && live) {
     const extraMicros = pace.cpuPerRequestMicros.median - bare.cpuPerRequestMicros.median
-    out.push(`The bucket is a small part of the difference: one \`reserve\` (with a refund on half the calls) costs ${f(live.nsPerOp.exchangepace.median)} ns at 10k live keys in part 1, against the ${f(extraMicros, 1)} µs per request exchangepace adds to bare here (medians). The rest is the plugin's work around it inside Fastify on every paced request: the ticket on \`request.pace\`, reading the declared client id, the two quota headers written in an onSend hook, settling in onResponse, and the route's 429 response schema.`, '')
+    out.push(`The bucket is a small part of the difference: one \`reserve\` (with a refund on half the calls) costs ${f(live.nsPerOp.exchangepace.median)} ns at 10k live keys in part 1, against the ${f(extraMicros, 1)} µs per request exchangepace adds to bare here (medians). What dominates is what Fastify and Node do for the shape of the design: an onResponse hook makes Fastify attach and remove response listeners on every request, and each response header costs its validation, its place in the header block and its bytes on the socket. Part 7 (instructions per request, which the machine's noise does not move) separates the two.`, '')
   }
   out.push('The refund path (wrong secret: the handler sets `request.pace.outcome = \'rejected\'` and the unit is refunded) is compared with bare answering the same 401; each 429 path (`POST /token-tight` at 1/s: all but about one request a second refused) with bare answering 200 on that route. "server CPU use" is the share of the round the server spent on the CPU: well below 100% means the load generator, or other work on the machine, held it back, and the sequential figures then also carry the cost of waking up for fewer requests at a time.', '')
   return out.join('\n')
@@ -186,6 +200,47 @@ function fidelitySection (fidelity, svgName) {
   }
   out.push(`![Requests admitted per 100 ms for one client at 10/s, exchangepace against @fastify/rate-limit](${svgName})`, '')
   out.push('At a window edge a fixed window admits nearly twice its limit within a millisecond, and does it again at every edge the client sets up. exchangepace admits a full bucket (one second of the rate) after a silence and the rate after that; its bound is reached only by the greedy client, whose first second is the bucket plus its refill, never more.', '')
+  return out.join('\n')
+}
+
+function redisSection (redis) {
+  const out = ['## 6. Redis', '']
+  if (redis.skipped) {
+    out.push(`Skipped in the latest run: ${redis.skipped}.`, '')
+    return out.join('\n')
+  }
+  const seq = redis.sequential.main
+  const par = redis.paired.main
+  out.push(`The token route with its pace shared through Redis ${redis.redis.version} at ${redis.redis.url}: exchangepace's \`RedisStore\` (one Lua script per reservation, on Redis TIME) against @fastify/rate-limit's Redis store (one script per request for its fixed window), each through its own ioredis client with auto-pipelining on, in the same rounds as part 3 (sequential and paired; the baseline is @fastify/rate-limit). The CPU is the Node server's only: Redis's own is not counted, and Redis runs unpinned, beside the server or the load generator. A wrong secret on exchangepace adds the refund script, sent without waiting for it.`, '')
+  out.push(`Sequential (${seq.repetitions} repetitions x ${seq.rounds} rounds of ${redis.roundSeconds} s):`, '')
+  out.push(mdTable(['configuration', 'CPU µs/req', 'CPU / baseline', 'req/s', 'req/s / baseline', 'responses'], seq.configs.map(c => {
+    const isBase = c.name === c.baseline
+    return [c.name, f(c.cpuPerRequestMicros.median), isBase ? '1 (baseline)' : spread(c.cpuRatio, 3, 'range'), f(c.requestsPerSecond.median, 0),
+      isBase ? '1' : spread(c.rpsRatio, 3, 'range'), Object.entries(c.statuses).map(([code, n]) => `${code}: ${n.toLocaleString('en-US')}`).join(', ')]
+  }), ['l', 'r', 'r', 'r', 'r', 'l']))
+  out.push('', `Paired (${par.repetitions} repetitions x ${par.rounds} rounds):`, '')
+  out.push(mdTable(['configuration', 'CPU µs/req (baseline)', 'CPU / baseline', 'per-round quartiles'], par.pairs.map(p => [
+    p.name, `${f(p.cpuPerRequestMicros.median)} (${f(p.baselineCpuPerRequestMicros.median)})`, spread(p.cpuRatio, 3, 'range'), `${f(p.cpuRatio.rounds.p25, 3)}-${f(p.cpuRatio.rounds.p75, 3)}`
+  ]), ['l', 'r', 'r', 'r']))
+  out.push('', 'Both stores spend most of a request in ioredis and in the socket writes to Redis; the plugins\' own work is a small share, so the two land close together, and the run-to-run spread is of the same size as the difference.', '')
+  return out.join('\n')
+}
+
+function instructionsSection (instructions) {
+  const out = ['## 7. Instructions per request', '']
+  if (instructions.skipped) {
+    out.push(`Skipped in the latest run: ${instructions.skipped}.`, '')
+    return out.join('\n')
+  }
+  out.push(`The servers of part 3 under valgrind's callgrind (${instructions.valgrind}), which counts the instructions a process executes in user space: each server answered ${instructions.warmup.toLocaleString('en-US')} requests twice to warm up, then the counters were zeroed and ${instructions.results[0].requests.toLocaleString('en-US')} more counted (\`POST /token\`, the right secret). The count does not depend on what else the machine runs: the same build and requests give the same figure to a few hundredths of a percent (bare, counted twice at full length while this part was built: 107,474 and 107,504 instructions per request), so it shows what each piece adds where the CPU-time rounds of part 3 only show it through noise. It leaves out the kernel (the socket reads and writes), a good share of the CPU time of a request, so its ratios are larger than those of part 3. Small changes to a server move its count by up to about 2% through code layout and inlining alone, so differences below that mean nothing.`, '')
+  out.push(mdTable(['configuration', 'instructions per request', 'added to bare', 'ratio to bare'], instructions.results.map(r => [
+    r.name, Math.round(r.instructionsPerRequest).toLocaleString('en-US'), Math.round(r.addedPerRequest).toLocaleString('en-US'), x(r.ratioToBare, 3)
+  ])))
+  const of = kind => instructions.results.find(r => r.kind === kind)
+  if (of('floor') && of('exchangepace') && of('empty')) {
+    out.push('', `Read from the table: the empty hooks add ${Math.round(of('empty').addedPerRequest).toLocaleString('en-US')} instructions (most of it Fastify's response listeners for onResponse), the two quota headers another ${Math.round(of('floor').instructionsPerRequest - of('empty').instructionsPerRequest).toLocaleString('en-US')}, and exchangepace's own work (the ticket, the declared client id, the reservation, the header values) ${Math.round(of('exchangepace').instructionsPerRequest - of('floor').instructionsPerRequest).toLocaleString('en-US')} beyond the floor. The 1.05x target cannot be met by a plugin that settles in onResponse and sends the draft's two headers on every accepted response: that floor alone is over it.`)
+  }
+  out.push('')
   return out.join('\n')
 }
 
@@ -279,9 +334,9 @@ export function writeReport ({ resultsDir, docsDir }) {
     '',
     '<!-- Generated by `npm run bench` (bench/run.js, bench/report.js) from bench/results/*.json: edit the generator, not this file. -->',
     '',
-    'Four questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, and whether an attacker can reset or exhaust it. Each part below answers one, with @fastify/rate-limit (and, for the bucket, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
+    'Four questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, and whether an attacker can reset or exhaust it; and, for a pace shared through Redis, what that costs. Each part below answers one, with @fastify/rate-limit (and, for the bucket, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
     '',
-    'Run it: `npm run bench` (all parts, about 12 minutes), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
+    'Run it: `npm run bench` (all parts, about 20 minutes), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
     '',
     summarySection(results),
     machineSection(results),
@@ -289,7 +344,9 @@ export function writeReport ({ resultsDir, docsDir }) {
     results.memory ? memorySection(results.memory) : null,
     results.http ? httpSection(results.http, results.bucket) : null,
     results.fidelity ? fidelitySection(results.fidelity, svgName) : null,
-    results.flood ? floodSection(results.flood) : null
+    results.flood ? floodSection(results.flood) : null,
+    results.redis ? redisSection(results.redis) : null,
+    results.instructions ? instructionsSection(results.instructions) : null
   ].filter(section => section !== null).join('\n')
   writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
   written.push(join(docsDir, 'benchmarks.md'))

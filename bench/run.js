@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // `npm run bench`: runs the benchmark parts, each in its own process, then regenerates the report.
 //
-//   npm run bench                         every part, full length (about 12 minutes); raw JSON in
+//   npm run bench                         every part, full length (about 20 minutes); raw JSON in
 //                                         bench/results/, report in docs/benchmarks.md and docs/fidelity.svg
 //   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is
 //                                         rebuilt from the latest JSON of every part
@@ -14,7 +14,8 @@
 // included) unless --out says otherwise, so a quick look never replaces the full figures.
 //
 // Parts: bucket (ns per call), memory (bytes per key, floods), http (CPU per request over
-// loopback, servers pinned with taskset), fidelity (admitted per window), flood (key flood).
+// loopback, servers pinned with taskset), fidelity (admitted per window), flood (key flood), redis
+// (the same route on Redis stores), instructions (instructions per request under callgrind).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -24,7 +25,7 @@ import { writeReport } from './report.js'
 const argv = process.argv.slice(2)
 const options = parseOptions(argv)
 if (options.help) {
-  log('usage: npm run bench -- [--part bucket,memory,http,fidelity,flood] [--quick|--smoke] [--out DIR] [--docs DIR]')
+  log(`usage: npm run bench -- [--part ${PARTS.join(',')}] [--quick|--smoke] [--out DIR] [--docs DIR]`)
   process.exit(0)
 }
 const outGiven = argv.some(arg => arg === '--out' || arg.startsWith('--out='))
@@ -32,7 +33,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

@@ -63,8 +63,8 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
 
   t.test('http: every configuration answered with the status it was built for, in both ways of running', async t => {
     const http = read(out, 'http')
-    t.same(http.sequential.main.configs.map((c: Json) => c.kind), ['bare', 'empty', 'exchangepace', 'ratelimit'])
-    t.same(http.paired.main.pairs.map((p: Json) => p.kind), ['empty', 'exchangepace', 'ratelimit'], 'each paired with bare')
+    t.same(http.sequential.main.configs.map((c: Json) => c.kind), ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit'])
+    t.same(http.paired.main.pairs.map((p: Json) => p.kind), ['empty', 'floor', 'exchangepace', 'ratelimit'], 'each paired with bare')
     const sequential = [...http.sequential.main.configs, ...http.sequential.paths.configs]
     const paired = [...http.paired.main.pairs, ...http.paired.paths.pairs]
     for (const c of [...sequential, ...paired]) {
@@ -96,9 +96,32 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.ok(flood.results['@fastify/rate-limit'].admittedOverRate > 0)
   })
 
+  t.test('redis: both Redis stores answered, the refund path too', async t => {
+    const redis = read(out, 'redis')
+    t.equal(redis.skipped, undefined, 'a Redis answers here (CI starts one)')
+    t.same(redis.sequential.main.configs.map((c: Json) => c.kind), ['ratelimit-redis', 'exchangepace-redis', 'exchangepace-redis'])
+    for (const c of [...redis.sequential.main.configs, ...redis.paired.main.pairs]) {
+      t.ok(c.statuses[c.expectedStatus] > 0, `${c.name}: ${c.expectedStatus} responses`)
+      t.equal(c.errors, 0, `${c.name}: no errors`)
+      t.ok(Number.isFinite(c.cpuRatio.median), `${c.name}: a ratio to ${c.baseline}`)
+    }
+    t.type(redis.target.met, 'boolean')
+  })
+
+  t.test('instructions: counted under callgrind for bare and exchangepace', async t => {
+    const instructions = read(out, 'instructions')
+    t.equal(instructions.skipped, undefined, 'valgrind is on every machine here')
+    t.same(instructions.results.map((r: Json) => r.kind), ['bare', 'exchangepace'])
+    for (const r of instructions.results) {
+      t.equal(r.statuses[200], instructions.results[0].requests, `${r.name}: every counted request answered 200`)
+      t.ok(r.instructionsPerRequest > 10_000, `${r.name}: instructions per request`)
+    }
+    t.equal(instructions.results[0].ratioToBare, 1)
+  })
+
   t.test('the report and the chart are written next to the results', async t => {
     const md = readFileSync(join(out, 'benchmarks.md'), 'utf8')
-    for (const heading of ['## Summary', '## Machine and commands', '## 1. Bucket cost', '## 2. Memory', '## 3. HTTP cost', '## 4. Fidelity', '## 5. Key flood']) {
+    for (const heading of ['## Summary', '## Machine and commands', '## 1. Bucket cost', '## 2. Memory', '## 3. HTTP cost', '## 4. Fidelity', '## 5. Key flood', '## 6. Redis', '## 7. Instructions per request']) {
       t.match(md, heading)
     }
     t.match(md, 'npm run bench -- --smoke')
