@@ -67,6 +67,20 @@ function fixedQuotaHeaders (url, rate) {
   }
 }
 
+/** The Redis server's version, or why it cannot be reached. */
+export async function probeRedis () {
+  const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  try {
+    await client.connect()
+    const info = await client.info('server')
+    return { version: /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown' }
+  } catch (err) {
+    return { unreachable: err.message }
+  } finally {
+    client.disconnect()
+  }
+}
+
 /** An ioredis client for a benchmark server, closed with the app. */
 function redisClient (app) {
   const client = new Redis(REDIS_URL, { enableAutoPipelining: true, maxRetriesPerRequest: 1 })

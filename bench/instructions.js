@@ -10,7 +10,8 @@
 // answers `warmup` requests twice (so that its code is optimized as it would be under load), then
 // callgrind's counters are zeroed (`callgrind_control -z`), `requests` more are sent (autocannon, 4
 // connections, the token route with the right secret), and the counters are dumped. Two servers
-// run at a time, one per core.
+// run at a time, one per core. The Redis stores (when a Redis answers) are counted too: only the
+// Node process's instructions, not Redis's.
 //
 // Run alone: node bench/instructions.js [--quick|--smoke] [--out DIR]. Needs valgrind (on every
 // machine here); without it the part records that it was skipped.
@@ -20,13 +21,13 @@ import { readFileSync, readdirSync, rmSync, mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
-import { FORM, tokenBody } from './apps.js'
+import { FORM, REDIS_URL, probeRedis, tokenBody } from './apps.js'
 import { BENCH_DIR, byMode, fmt, log, parseOptions, table, writeResult } from './common.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
-  full: { warmup: 3000, requests: 3000, kinds: ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit'] },
-  quick: { warmup: 1000, requests: 1000, kinds: ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit'] },
+  full: { warmup: 3000, requests: 3000, kinds: ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
+  quick: { warmup: 1000, requests: 1000, kinds: ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
   smoke: { warmup: 50, requests: 50, kinds: ['bare', 'exchangepace'] }
 })
 
@@ -35,7 +36,9 @@ const NAMES = {
   empty: 'empty hooks',
   floor: 'floor (empty hooks + the two headers)',
   exchangepace: 'exchangepace',
-  ratelimit: '@fastify/rate-limit'
+  ratelimit: '@fastify/rate-limit',
+  'exchangepace-redis': 'exchangepace, RedisStore',
+  'ratelimit-redis': '@fastify/rate-limit, Redis store'
 }
 
 function valgrindVersion () {
@@ -88,8 +91,11 @@ if (valgrind === null) {
 } else {
   const dir = mkdtempSync(join(tmpdir(), 'exchangepace-callgrind-'))
   const results = []
+  const redis = await probeRedis()
+  const kinds = settings.kinds.filter(kind => !kind.endsWith('-redis') || redis.unreachable === undefined)
+  if (kinds.length < settings.kinds.length) log(`instructions: no Redis at ${REDIS_URL} (${redis.unreachable}): the Redis stores are left out`)
   try {
-    const queue = [...settings.kinds]
+    const queue = [...kinds]
     const worker = async () => {
       for (let kind = queue.shift(); kind !== undefined; kind = queue.shift()) {
         log(`  instructions: ${NAMES[kind]} under callgrind (${settings.warmup} x 2 requests to warm up, ${settings.requests} counted)`)

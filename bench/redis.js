@@ -4,33 +4,40 @@
 // through its own ioredis client with auto-pipelining on (bench/apps.js).
 //
 // Measured by bench/http-rounds.js like the HTTP part: server CPU per request (the Node process
-// only: Redis's own CPU is not counted, and Redis runs unpinned) and requests/s, as ratios to
-// @fastify/rate-limit's in interleaved rounds, sequential and paired. A wrong secret on
-// exchangepace adds its refund script call.
+// only; Redis runs unpinned) and requests/s, as ratios to @fastify/rate-limit's in interleaved
+// rounds, sequential and paired. A wrong secret on exchangepace adds its refund script call.
+// Then Redis's own CPU per request: for each store in turn (alternating, several rounds), a fixed
+// number of requests between two readings of Redis's INFO cpu (used_cpu_user + used_cpu_sys).
 //
 // Run alone: node bench/redis.js [--quick|--smoke] [--out DIR]. Needs a Redis at REDIS_URL
 // (default redis://127.0.0.1:6379); without one the part records that it was skipped, and why.
 
+import { join } from 'node:path'
+import { spawn } from 'node:child_process'
+import autocannon from 'autocannon'
 import Redis from 'ioredis'
-import { REDIS_URL, tokenBody } from './apps.js'
+import { FORM, REDIS_URL, probeRedis, tokenBody } from './apps.js'
 import { measureHttp } from './http-rounds.js'
-import { byMode, log, parseOptions, writeResult } from './common.js'
+import { BENCH_DIR, byMode, fmt, log, parseOptions, summary, table, writeResult } from './common.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
   full: {
+    redisCpu: { rounds: 6, requests: 40_000 },
     roundSeconds: 1,
     repetitions: 4,
     sequential: { main: { rounds: 6, repetitions: 4 } },
     paired: { main: { rounds: 4, repetitions: 4 } }
   },
   quick: {
+    redisCpu: { rounds: 2, requests: 20_000 },
     roundSeconds: 1,
     repetitions: 1,
     sequential: { main: { rounds: 4, repetitions: 1 } },
     paired: { main: { rounds: 2, repetitions: 1 } }
   },
   smoke: {
+    redisCpu: { rounds: 1, requests: 500 },
     roundSeconds: 0.2,
     repetitions: 1,
     sequential: { main: { rounds: 1, repetitions: 1 } },
@@ -46,16 +53,50 @@ const GROUPS = {
   ]
 }
 
-/** The Redis server's version, or why it cannot be reached. */
-async function probeRedis () {
-  const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+/** Redis's own CPU time so far, in microseconds (INFO cpu: user + system). */
+async function redisCpuMicros (client) {
+  const info = await client.info('cpu')
+  const read = field => Number(new RegExp(`${field}:([\\d.]+)`).exec(info)[1])
+  return (read('used_cpu_user') + read('used_cpu_sys')) * 1e6
+}
+
+/** A benchmark server of `kind` in its own process: { port, close }. */
+async function startServer (kind) {
+  const child = spawn(process.execPath, [join(BENCH_DIR, 'http-server.js'), kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  const ready = await new Promise((resolve, reject) => {
+    child.on('message', message => { if (message.cmd === 'ready') resolve(message) })
+    child.on('exit', code => reject(new Error(`redis: server ${kind} exited (${code})`)))
+  })
+  return { port: ready.port, close: () => new Promise(resolve => { child.once('exit', resolve); child.send({ cmd: 'exit' }) }) }
+}
+
+/**
+ * Redis's CPU per request for each store: rounds of a fixed number of accepted token requests,
+ * the stores alternating, Redis's CPU read before and after each. Nothing else uses this Redis
+ * while it runs (other than what the machine's other tenants may do to it, which is nothing here).
+ */
+async function measureRedisCpu (kinds) {
+  const { rounds, requests } = settings.redisCpu
+  const client = new Redis(REDIS_URL)
+  const servers = {}
   try {
-    await client.connect()
-    const info = await client.info('server')
-    return { version: /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown' }
-  } catch (err) {
-    return { unreachable: err.message }
+    for (const kind of kinds) servers[kind] = await startServer(kind)
+    const samples = Object.fromEntries(kinds.map(kind => [kind, []]))
+    const load = (kind, amount) => autocannon({ url: `http://127.0.0.1:${servers[kind].port}/token`, method: 'POST', headers: { 'content-type': FORM }, body: tokenBody(), connections: 10, amount })
+    for (const kind of kinds) await load(kind, Math.min(requests, 10_000))
+    for (let round = 0; round < rounds; round++) {
+      const order = round % 2 === 0 ? kinds : [...kinds].reverse()
+      for (const kind of order) {
+        const before = await redisCpuMicros(client)
+        const result = await load(kind, requests)
+        const after = await redisCpuMicros(client)
+        samples[kind].push((after - before) / (result['2xx'] + result.non2xx))
+      }
+      log(`  redis CPU round ${round + 1}/${rounds}  ` + kinds.map(kind => `${kind} ${fmt(samples[kind][round], 2)}µs`).join(' | '))
+    }
+    return Object.fromEntries(kinds.map(kind => [kind, summary(samples[kind])]))
   } finally {
+    await Promise.all(Object.values(servers).map(server => server.close()))
     client.disconnect()
   }
 }
@@ -66,6 +107,9 @@ if (redis.unreachable !== undefined) {
   writeResult(options, 'redis', { skipped: `no Redis at ${REDIS_URL}: ${redis.unreachable}` })
 } else {
   const { pinned, roundSeconds, sequential, paired } = await measureHttp({ label: 'redis', groups: GROUPS, settings, smoke: options.mode === 'smoke' })
+  const redisCpu = await measureRedisCpu(['ratelimit-redis', 'exchangepace-redis'])
+  log(`\nRedis CPU per request (INFO cpu), ${settings.redisCpu.rounds} rounds of ${settings.redisCpu.requests.toLocaleString('en-US')} requests`)
+  log(table(['store', 'Redis CPU µs/req (median)', 'range'], Object.entries(redisCpu).map(([kind, s]) => [kind, fmt(s.median, 2), `${fmt(s.min, 2)}-${fmt(s.max, 2)}`])))
   const pace = (figures) => figures.find(c => c.kind === 'exchangepace-redis' && c.expectedStatus === 200)
   const sequentialPace = pace(sequential.main.configs)
   const pairedPace = pace(paired.main.pairs)
@@ -81,7 +125,8 @@ if (redis.unreachable !== undefined) {
       met: sequentialPace.cpuRatio.median <= 1 && pairedPace.cpuRatio.median <= 1 && sequentialPace.rpsRatio.median >= 1
     },
     sequential,
-    paired
+    paired,
+    redisCpuPerRequestMicros: { ...redisCpu, requestsPerRound: settings.redisCpu.requests }
   })
   log(`\nredis: wrote ${file}`)
 }

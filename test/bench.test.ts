@@ -106,6 +106,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
       t.ok(Number.isFinite(c.cpuRatio.median), `${c.name}: a ratio to ${c.baseline}`)
     }
     t.type(redis.target.met, 'boolean')
+    for (const kind of ['ratelimit-redis', 'exchangepace-redis']) t.ok(redis.redisCpuPerRequestMicros[kind].median > 0, `${kind}: Redis CPU per request`)
   })
 
   t.test('instructions: counted under callgrind for bare and exchangepace', async t => {
