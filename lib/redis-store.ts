@@ -3,43 +3,58 @@ import type { Pace } from './pace.js'
 import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 /**
- * The pace in Redis, with the in-process Pace's semantics. A key holds one number: the Redis TIME,
- * in milliseconds, at which its bucket is full again. No key means a full bucket, and every write
- * sets the key to expire at that moment (PX), so Redis holds only the keys that spent within the
- * last second. Each operation is one script on one key: atomic on the server, no read-then-write
- * from Node, and valid on Redis Cluster. The clock is the server's, so every replica shares it.
+ * The pace in Redis, with the in-process Pace's semantics. A key holds one number: the Redis TIME
+ * at which its bucket is full again. No key means a full bucket, and every write sets the key to
+ * expire at that moment (PX), so Redis holds only the keys that spent within the last second. Each
+ * operation is one script on one key: atomic on the server, no read-then-write from Node, and valid
+ * on Redis Cluster. The clock is the server's, so every replica shares it.
  *
- * Capacity and debits are computed in ticks (ms x perSecond; one unit = 1000 ticks), relative to
- * now, so a debit adds an exact 1000. Lua replies truncate numbers to integers: the wait goes back
- * as a string.
+ * Time is counted in microticks: one microsecond of TIME is `rate` microticks, so one unit refills
+ * in exactly 1e6 microticks and a bucket holds 1e6 x rate, and a debit or a refund adds or
+ * subtracts an exact integer (as `Pace` does with its ticks). Readings are taken modulo 2^32
+ * microseconds (71 minutes), which keeps every value an exact integer for integer rates up to 2^21
+ * per second; a stored time is never more than one second ahead of now (the key expires when it
+ * is reached), so its distance to now is read unambiguously from the modular difference. Values
+ * are stored as integers: formatting a double to its 17 digits costs Redis more than the rest of
+ * the script. Lua replies truncate numbers to integers: the wait goes back as a string.
  */
-const RESERVE = `
+const CLOCK = `
 local rate = tonumber(ARGV[1])
+local wrap = 4294967296 * rate
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
-local full = tonumber(redis.call('GET', KEYS[1]))
-local spent = 0
-if full and full > now then spent = (full - now) * rate end
-local after = spent + 1000
-local shortfall = after - 1000 * rate
-if shortfall > 1e-6 then
-  return {0, 0, tostring(shortfall / rate)}
+local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
+local function spentAt (full)
+  local spent = (full - now) % wrap
+  if spent > wrap / 2 then return 0 end
+  return spent
 end
-redis.call('SET', KEYS[1], string.format('%.17g', now + after / rate), 'PX', math.ceil(after / rate))
-return {1, math.floor((1e-6 - shortfall) / 1000), '0'}
+local function store (spent)
+  redis.call('SET', KEYS[1], string.format('%d', math.floor(now + spent + 0.5) % wrap), 'PX', math.ceil(spent / rate / 1000))
+end
+`
+
+const RESERVE = `${CLOCK}
+local full = tonumber(redis.call('GET', KEYS[1]))
+local after = 1000000
+if full then after = spentAt(full) + 1000000 end
+local shortfall = after - 1000000 * rate
+if shortfall > 0.5 then
+  return {0, 0, tostring(shortfall / rate / 1000)}
+end
+store(after)
+return {1, math.floor((0.5 - shortfall) / 1000000), '0'}
 `
 
 /** Gives one unit back, never past a full bucket: a refund that fills the bucket deletes the key. */
 const REFUND = `
 local full = tonumber(redis.call('GET', KEYS[1]))
 if not full then return 0 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
-local fullAt = full - 1000 / tonumber(ARGV[1])
-if fullAt <= now then
+${CLOCK}
+local left = spentAt(full) - 1000000
+if left <= 0 then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], string.format('%.17g', fullAt), 'PX', math.ceil(fullAt - now))
+  store(left)
 end
 return 1
 `
