@@ -191,22 +191,7 @@ async function liveKeys (n) {
     { name: 'LocalStore', run: (count, state) => loopLocalStore(store, keys, order, count, state) },
     { name: 'RLF memory', run: (count, state) => loopRlf(limiter, keys, order, count, state) }
   ]
-  const { samples, states, ops } = await interleave(`${n} live keys`, contenders, settings.rounds)
-  return {
-    workload: 'live keys',
-    keys: n,
-    callsPerRound: ops,
-    rounds: settings.rounds,
-    rowsAfter: pace.size,
-    refused: states[0].refused,
-    localStoreEntries: store.lru.size,
-    nsPerOp: Object.fromEntries(contenders.map((c, i) => [c.name, summary(samples[i])])),
-    ratioToLocalStore: {
-      exchangepace: summary(ratios(samples, 0, 1)),
-      'RLF memory': summary(ratios(samples, 2, 1))
-    },
-    samples: Object.fromEntries(contenders.map((c, i) => [c.name, samples[i]]))
-  }
+  return measureWorkload('live keys', n, settings.rounds, pace, store, contenders)
 }
 
 async function strangers (n) {
@@ -221,12 +206,20 @@ async function strangers (n) {
     { name: 'LocalStore', run: (count, state) => loopLocalStore(store, keys, order, count, state) },
     { name: 'RLF memory', run: (count, state) => loopRlf(limiter, keys, order, count, state) }
   ]
-  const { samples, states, ops } = await interleave(`${n} strangers`, contenders, settings.strangerRounds)
+  return measureWorkload('strangers', n, settings.strangerRounds, pace, store, contenders)
+}
+
+/**
+ * Runs `contenders` (exchangepace, LocalStore, RLF memory, in that order) in interleaved rounds and
+ * gathers a workload's figures: ns per call, ratios to LocalStore, what the stores hold after.
+ */
+async function measureWorkload (workload, n, rounds, pace, store, contenders) {
+  const { samples, states, ops } = await interleave(`${n} ${workload}`, contenders, rounds)
   return {
-    workload: 'strangers',
+    workload,
     keys: n,
     callsPerRound: ops,
-    rounds: settings.strangerRounds,
+    rounds,
     rowsAfter: pace.size,
     refused: states[0].refused,
     localStoreEntries: store.lru.size,
