@@ -76,7 +76,7 @@ export class Reservation {
  * - Capacity: one second of `perSecond`, so a key that was silent for an hour may spend one second's
  *   worth at once and no more. Refill is continuous: after d ms, d * perSecond / 1000 units are back.
  * - A row holds one number per key: the scaled time at which that key's bucket is full again (the
- *   GCRA "theoretical arrival time"). The bucket then holds `perSecond - (row - now)` units.
+ *   GCRA "theoretical arrival time"). The bucket then holds `perSecond - (row - now) / UNIT` units.
  * - A key without a row has a full bucket, and a full bucket has no row: a row whose time has come
  *   means nothing that a missing row does not, so it may be deleted at any moment. A refund that
  *   makes a bucket full deletes its row; the sweep deletes the rows that refill made full. Memory

@@ -83,7 +83,7 @@ function checkOptions (options: ExchangePaceOptions): Required<Pick<ExchangePace
   if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
   if (errorResponseBuilder !== undefined && typeof errorResponseBuilder !== 'function') throw new TypeError(`exchangepace: errorResponseBuilder must be a function, got ${typeof errorResponseBuilder}`)
   const { store } = options
-  if (store !== undefined && (store === null || typeof store.pace !== 'function' || typeof store.scope !== 'string')) {
+  if (store !== undefined && (store === null || typeof store.pace !== 'function' || typeof store.scope !== 'string' || typeof store.outage !== 'string')) {
     throw new TypeError('exchangepace: store must be a PaceStore such as RedisStore')
   }
   return { ipv6Subnet, maxKeyLength }
@@ -120,12 +120,12 @@ const PER_REPLICA = 'per replica'
  * The sentence every paced route's description gets: the rate, the key, and the scope over which
  * the rate holds (per replica by default, or the shared store's).
  */
-function paceSentence (rules: readonly PaceRule[], scope: string): string {
+function paceSentence (rules: readonly PaceRule[], scope: string, outage: string): string {
   const parts = rules.map(rule => `${rule.perSecond} requests per second per ${keyDescription(rule)}` +
     (rule.spend === 'accepted' ? ' (rejected exchanges are refunded)' : ' (every request counts)'))
   const holds = scope === PER_REPLICA
     ? 'Each rate is per replica: N replicas admit up to N times it.'
-    : `Each rate is ${scope}; while the store is unavailable it falls back to per replica.`
+    : `Each rate is ${scope}; while the store is unavailable, ${outage}.`
   return `Paced by exchangepace: ${parts.join('; ')}. ${holds}`
 }
 
@@ -317,7 +317,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     }
     routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
     routeOptions.onResponse = [settle, ...hookList(routeOptions.onResponse)]
-    routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store?.scope ?? PER_REPLICA)
+    routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store?.scope ?? PER_REPLICA, options.store?.outage ?? '')
   })
 
   fastify.addHook('onReady', function warnTrustProxy (next) {
@@ -354,9 +354,9 @@ function hookList<T> (hooks: T | T[] | undefined): T[] {
  * route's own), an `x-exchangepace` extension, and the 429 response. A new object: the HEAD route
  * Fastify derives from a GET shares the original.
  */
-function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[], scope: string): RouteOptions['schema'] {
+function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[], scope: string, outage: string): RouteOptions['schema'] {
   const own = (schema ?? {}) as Record<string, unknown>
-  const sentence = paceSentence(rules, scope)
+  const sentence = paceSentence(rules, scope, outage)
   const description = typeof own.description === 'string' && own.description !== '' ? `${own.description} ${sentence}` : sentence
   const response = (own.response ?? {}) as Record<string, unknown>
   return {

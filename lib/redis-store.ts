@@ -42,14 +42,21 @@ if shortfall > 0.5 then
   return {0, 0, tostring(shortfall / rate / 1000)}
 end
 store(after)
-return {1, math.floor((0.5 - shortfall) / 1000000), '0'}
+return {1, math.floor((0.5 - shortfall) / 1000000), '0', math.floor(now)}
 `
 
-/** Gives one unit back, never past a full bucket: a refund that fills the bucket deletes the key. */
+/**
+ * Gives one unit back, never past a full bucket: a refund that fills the bucket deletes the key.
+ * ARGV[2] is the reservation's own reading of the clock: a unit reserved one horizon (one second)
+ * ago or more has refilled already, and giving it back would grant one more than the rate, so such
+ * a refund gives nothing, as with the in-process pace.
+ */
 const REFUND = `
 local full = tonumber(redis.call('GET', KEYS[1]))
 if not full then return 0 end
 ${CLOCK}
+local age = (now - tonumber(ARGV[2])) % wrap
+if age < wrap / 2 and age + 0.5 >= 1000000 * rate then return 0 end
 local left = spentAt(full) - 1000000
 if left <= 0 then
   redis.call('DEL', KEYS[1])
@@ -64,10 +71,13 @@ export interface RedisClientLike {
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void
 }
 
+/** The reserve script's reply: granted with the units left and its reading of the clock, or refused with the wait in ms. */
+type ReserveReply = [granted: 1, remaining: number, wait: '0', reservedAt: number] | [refused: 0, remaining: 0, wait: string]
+
 /** The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). */
 interface PaceCommands {
-  exchangepaceReserve (key: string, perSecond: number): Promise<[number, number, string]>
-  exchangepaceRefund (key: string, perSecond: number): Promise<number>
+  exchangepaceReserve (key: string, perSecond: number): Promise<ReserveReply>
+  exchangepaceRefund (key: string, perSecond: number, reservedAt: number): Promise<number>
 }
 
 /** What a request gets while Redis is unavailable. */
@@ -89,6 +99,13 @@ export interface RedisStoreOptions {
   retryMs?: number
 }
 
+/** What route descriptions say of each `whenUnavailable` mode. */
+const OUTAGE: Record<RedisUnavailable, string> = {
+  fallback: 'it holds per replica (each replica paces in its own memory)',
+  open: 'requests are not paced',
+  closed: 'paced requests are refused with 429'
+}
+
 const OPEN: PaceReservation = Object.freeze({ granted: true, remaining: 0, retryAfterMs: 0, refund () {} })
 
 /** A unit Redis granted: refunded in Redis, once, without waiting for the answer. */
@@ -98,7 +115,8 @@ class RedisReservation implements PaceReservation {
   readonly retryAfterMs = 0
   #pace: RedisPace | null
 
-  constructor (pace: RedisPace, readonly redisKey: string, remaining: number) {
+  /** `reservedAt` is the reserve script's reading of Redis TIME, in the scripts' microticks. */
+  constructor (pace: RedisPace, readonly redisKey: string, remaining: number, readonly reservedAt: number) {
     this.#pace = pace
     this.remaining = remaining
   }
@@ -107,7 +125,7 @@ class RedisReservation implements PaceReservation {
     const pace = this.#pace
     if (pace === null) return
     this.#pace = null
-    pace.giveBack(this.redisKey)
+    pace.giveBack(this.redisKey, this.reservedAt)
   }
 }
 
@@ -143,16 +161,16 @@ class RedisPace implements SharedPace {
         this.#store._failed(new Error(`no answer within ${this.#store.timeoutMs} ms`), this.#log)
         resolve(this.#unavailable(key))
       }, this.#store.timeoutMs)
-      this.#commands.exchangepaceReserve(redisKey, this.#perSecond).then(([granted, remaining, wait]) => {
+      this.#commands.exchangepaceReserve(redisKey, this.#perSecond).then(reply => {
         if (answered) {
           // Too late for its request, which went the unavailable path: give the unit back.
-          if (granted === 1) this.giveBack(redisKey)
+          if (reply[0] === 1) this.giveBack(redisKey, reply[3])
           return
         }
         answered = true
         clearTimeout(timer)
         this.#store._answered(this.#log)
-        resolve(granted === 1 ? new RedisReservation(this, redisKey, remaining) : REFUSED_BY_REDIS(Number(wait)))
+        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], reply[3]) : REFUSED_BY_REDIS(Number(reply[2])))
       }, (err: Error) => {
         if (answered) return
         answered = true
@@ -163,9 +181,12 @@ class RedisPace implements SharedPace {
     })
   }
 
-  /** Refunds one unit of `redisKey` in Redis. Nobody waits for it; a failure only leaves it spent. */
-  giveBack (redisKey: string): void {
-    this.#commands.exchangepaceRefund(redisKey, this.#perSecond).catch((err: Error) => {
+  /**
+   * Refunds one unit of `redisKey`, reserved at `reservedAt`, in Redis. Nobody waits for it; a
+   * failure only leaves it spent.
+   */
+  giveBack (redisKey: string, reservedAt: number): void {
+    this.#commands.exchangepaceRefund(redisKey, this.#perSecond, reservedAt).catch((err: Error) => {
       this.#log.debug({ err }, 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills')
     })
   }
@@ -187,6 +208,7 @@ class RedisPace implements SharedPace {
  */
 export class RedisStore implements PaceStore {
   readonly scope = 'shared by all replicas (Redis)'
+  readonly outage: string
   readonly prefix: string
   readonly timeoutMs: number
   readonly retryMs: number
@@ -213,6 +235,7 @@ export class RedisStore implements PaceStore {
     this.timeoutMs = timeoutMs
     this.retryMs = retryMs
     this.whenUnavailable = whenUnavailable
+    this.outage = OUTAGE[whenUnavailable]
   }
 
   pace (name: string, perSecond: number, local: Pace, log: FastifyBaseLogger): SharedPace {

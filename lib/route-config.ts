@@ -12,7 +12,7 @@ export type PaceKey = 'client' | 'source' | ((request: FastifyRequest) => string
 
 /** A route's pace, as written in `config.pace`. */
 export interface PaceRouteOptions {
-  /** Units each key may spend per second, per replica: a finite number >= 1. */
+  /** Units each key may spend per second: per replica, or over all replicas with a shared store. A finite number >= 1. */
   perSecond: number
   key: PaceKey
   /**

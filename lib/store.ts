@@ -27,6 +27,11 @@ export interface PaceStore {
   /** Over what the declared rate holds, for route descriptions: e.g. 'shared by all replicas'. */
   readonly scope: string
   /**
+   * What becomes of the rate while the store is unavailable, as the end of a route description's
+   * sentence "while the store is unavailable, ...": e.g. 'it holds per replica'.
+   */
+  readonly outage: string
+  /**
    * The pace `name` at `perSecond`. `local` is this replica's own pace of that name, for a store
    * that falls back to it while it is unavailable; `log` is Fastify's logger.
    */

@@ -191,6 +191,7 @@ t.test('a store reporting a longer wait gets Retry-After rounded up to whole sec
   const waits = [1500, 2000, 2001]
   const store: PaceStore = {
     scope: 'shared by all replicas',
+    outage: 'it holds per replica',
     pace: () => ({ reserve: async () => ({ granted: false, remaining: 0, retryAfterMs: waits.shift()!, refund () {} }) })
   }
   const app = await build(t, { store }, app => {

@@ -131,6 +131,7 @@ t.test('the 429 body is serialized by the added response schema, custom members 
 t.test('with a shared store the sentence and the extension state the store\'s scope', async t => {
   const store: PaceStore = {
     scope: 'shared by all replicas',
+    outage: 'it holds per replica',
     pace: (_name: string, _perSecond: number, local: Pace) => ({ reserve: async (key: string) => local.reserve(key) })
   }
   const { seen } = await schemas(t, app => {
@@ -138,7 +139,7 @@ t.test('with a shared store the sentence and the extension state the store\'s sc
   }, { store })
   const schema = seen.get('POST /token')!
   t.equal(schema.description, 'Paced by exchangepace: 10 requests per second per declared client id (rejected exchanges are refunded). ' +
-    'Each rate is shared by all replicas; while the store is unavailable it falls back to per replica.')
+    'Each rate is shared by all replicas; while the store is unavailable, it holds per replica.')
   t.equal((schema['x-exchangepace'] as { scope: string }).scope, 'shared by all replicas')
   t.equal((schema.response as Record<string, { description: string }>)[429].description,
     'Too many requests: the pace is spent (shared by all replicas). Retry after the Retry-After header, in seconds.')

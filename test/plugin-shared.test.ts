@@ -14,6 +14,7 @@ t.test('in-memory default', async t => {
  */
 const asyncStore = (): PaceStore => ({
   scope: 'shared by all replicas',
+  outage: 'it holds per replica',
   pace: (_name: string, _perSecond: number, local: Pace) => ({
     reserve: async (key: string) => {
       await new Promise(resolve => setImmediate(resolve))
@@ -29,6 +30,7 @@ t.test('a store that answers asynchronously', async t => {
 t.test('a store whose reserve rejects: the request fails with 500 and what it took is given back', async t => {
   const failing: PaceStore = {
     scope: 'shared by all replicas',
+    outage: 'it holds per replica',
     pace: (name: string, _perSecond: number, local: Pace) => ({
       reserve: async (key: string) => {
         if (name === 'broken') throw new Error('store down')

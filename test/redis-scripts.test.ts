@@ -76,6 +76,23 @@ if ('skip' in connection) {
     t.equal(await client.exists(redisKey('c')), 0, 'all units back: no key')
   })
 
+  t.test('a refund one horizon late gives nothing back; within the horizon it gives one unit', async t => {
+    const { pace, redisKey } = paceOf('late', 3)
+    const first = await pace.reserve('c')
+    const second = await pace.reserve('c')
+    const reservedAt = (second as unknown as { reservedAt: number }).reservedAt
+    t.ok(Number.isInteger(reservedAt), 'the reservation keeps the script\'s reading of the clock')
+    const refund = (client as unknown as { exchangepaceRefund (key: string, perSecond: number, at: number): Promise<number> }).exchangepaceRefund.bind(client)
+    // Redis' clock cannot be moved: a reading one second and a bit older stands for a late refund.
+    t.equal(await refund(redisKey('c'), 3, reservedAt - 3 * 1_000_000 - 1), 0, 'a unit reserved a horizon ago has refilled: nothing back')
+    const third = await pace.reserve('c')
+    t.ok(third.granted)
+    t.notOk((await pace.reserve('c')).granted, 'the late refund gave nothing: three units spent')
+    t.equal(await refund(redisKey('c'), 3, reservedAt), 1, 'within the horizon a unit comes back')
+    t.ok((await pace.reserve('c')).granted)
+    for (const r of [first, second, third]) r.refund()
+  })
+
   t.test('refunded strangers leave no keys at all', async t => {
     const { pace, store } = paceOf('strangers', 5)
     const reservations = await Promise.all(Array.from({ length: 500 }, (_, i) => pace.reserve(`random-${i}`)))

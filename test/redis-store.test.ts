@@ -7,7 +7,7 @@ import exchangePace, { Pace, RedisStore, type PaceStore, type RedisClientLike } 
 // refusals, errors, silence, late answers) without a server. test/redis-*.test.ts run the Lua
 // scripts against a real Redis.
 
-type Reply = [number, number, string]
+type Reply = [1, number, '0', number] | [0, 0, string]
 
 interface Call { key: string, perSecond: number, resolve: (reply: Reply) => void, reject: (err: Error) => void }
 
@@ -15,6 +15,7 @@ class ScriptedClient implements RedisClientLike {
   readonly scripts = new Map<string, string>()
   readonly reserves: Call[] = []
   readonly refunds: string[] = []
+  readonly refundedAt: number[] = []
   refundFails = false
 
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void {
@@ -25,8 +26,9 @@ class ScriptedClient implements RedisClientLike {
     return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve, reject }) })
   }
 
-  exchangepaceRefund (key: string): Promise<number> {
+  exchangepaceRefund (key: string, _perSecond: number, reservedAt: number): Promise<number> {
     this.refunds.push(key)
+    this.refundedAt.push(reservedAt)
     return this.refundFails ? Promise.reject(new Error('connection lost')) : Promise.resolve(1)
   }
 }
@@ -69,19 +71,20 @@ t.test('the store loads one script per operation and keys buckets as prefix + na
   t.equal(store.scope, 'shared by all replicas (Redis)')
   const reserving = pace.reserve('reporting')
   t.same(client.reserves.map(c => [c.key, c.perSecond]), [['exchangepace:/token:reporting', 2]])
-  client.reserves[0].resolve([1, 1, '0'])
+  client.reserves[0].resolve([1, 1, '0', 7000])
   await reserving
 })
 
 t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
   const { client, pace } = setup()
   const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve([1, 1, '0'])
+  client.reserves[0].resolve([1, 1, '0', 7000])
   const reservation = await reserving
   t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [true, 1, 0])
   reservation.refund()
   reservation.refund()
   t.same(client.refunds, ['exchangepace:/token:reporting'])
+  t.same(client.refundedAt, [7000], 'with the reserve script\'s reading of the clock, for the one-horizon rule')
 })
 
 t.test('a refusal carries Redis\' exact wait and refunds nothing', async t => {
@@ -122,7 +125,7 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
 
   await sleep(40)
   const back = pace.reserve('reporting')
-  client.reserves[2].resolve([1, 1, '0'])
+  client.reserves[2].resolve([1, 1, '0', 7000])
   t.ok((await back).granted)
   t.notOk(store.unavailable)
   t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'])
@@ -134,9 +137,10 @@ t.test('a Redis slower than timeoutMs does not hold the request; its late grant 
   t.ok(reservation.granted)
   t.equal(local.size, 1, 'the request went the fallback path')
   t.ok(store.unavailable)
-  client.reserves[0].resolve([1, 1, '0'])
+  client.reserves[0].resolve([1, 1, '0', 7000])
   await sleep(0)
   t.same(client.refunds, ['exchangepace:/token:reporting'], 'the unit Redis granted too late is refunded')
+  t.same(client.refundedAt, [7000])
 })
 
 t.test('a late refusal or a late error after the timeout changes nothing', async t => {
@@ -154,7 +158,7 @@ t.test('a refund that cannot reach Redis is logged at debug level and leaves the
   const { client, pace, lines } = setup()
   client.refundFails = true
   const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve([1, 0, '0'])
+  client.reserves[0].resolve([1, 0, '0', 7000])
   ;(await reserving).refund()
   await sleep(0)
   t.same(lines, [['debug', 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills']])
@@ -190,7 +194,7 @@ t.test('the plugin waits for a shared store and continues with the next pace', a
   const answering = setInterval(() => {
     for (const call of client.reserves.splice(0)) {
       asked.push(call.key)
-      call.resolve([1, 4, '0'])
+      call.resolve([1, 4, '0', 7000])
     }
   }, 1)
   t.teardown(() => clearInterval(answering))
@@ -208,13 +212,20 @@ t.test('a route on a shared store says the rate is shared by all replicas, with 
   app.addHook('onRoute', route => { schema = route.schema as Record<string, unknown> })
   app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } } }, async () => 'ok')
   await app.ready()
-  t.match(schema.description, /Each rate is shared by all replicas \(Redis\); while the store is unavailable it falls back to per replica\./)
+  t.match(schema.description, /Each rate is shared by all replicas \(Redis\); while the store is unavailable, it holds per replica \(each replica paces in its own memory\)\./)
   t.match(schema['x-exchangepace'], { scope: 'shared by all replicas (Redis)' })
+})
+
+t.test('the description says what each whenUnavailable mode makes of the rate during an outage', async t => {
+  const client = new ScriptedClient()
+  t.equal(new RedisStore({ client, whenUnavailable: 'open' }).outage, 'requests are not paced')
+  t.equal(new RedisStore({ client, whenUnavailable: 'closed' }).outage, 'paced requests are refused with 429')
 })
 
 t.test('a store whose reserve rejects fails the request, not the process', async t => {
   const broken: PaceStore = {
     scope: 'broken',
+    outage: 'it is broken',
     pace: () => ({ reserve: () => Promise.reject(new Error('store bug')) })
   }
   const app = Fastify()
