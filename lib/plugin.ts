@@ -69,6 +69,17 @@ interface BoundPace {
   readonly quotaPrefix: string
 }
 
+/**
+ * The paces one hook reserves. `commits`: every one of them is a source pace spent on every
+ * request, and they are all the route has, so nothing can ever be refunded and every quota is
+ * public: the hook writes the quota headers and commits at once, and the route needs no onSend or
+ * onResponse (the authorization endpoint's shape).
+ */
+interface ReserveStep {
+  readonly paces: readonly BoundPace[]
+  readonly commits: boolean
+}
+
 /** A held reservation, with the pace that gave it (for the quota headers). */
 interface Holding extends HeldReservation {
   readonly bound: BoundPace
@@ -225,22 +236,23 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   }
 
   /**
-   * Reserves one unit from each of `paces` for `request`, all or nothing: when one refuses or a key
-   * is malformed, what this hook took is refunded and the request is answered here. In-process
+   * Reserves one unit from each pace of `step` for `request`, all or nothing: when one refuses or a
+   * key is malformed, what this hook took is refunded and the request is answered here. In-process
    * paces answer synchronously, so the common path allocates no promise; a shared store's answer
    * continues the same loop from where it stopped.
    */
-  function reserveAll (paces: readonly BoundPace[], request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+  function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
     let ticket = request.pace as PaceTicket<Holding> | null
     if (ticket === null) {
       ticket = new PaceTicket<Holding>()
       request.pace = ticket
     }
-    reserveFrom(paces, 0, ticket, ticket.held.length, request, reply, next)
+    reserveFrom(step, 0, ticket, ticket.held.length, request, reply, next)
   }
 
-  function reserveFrom (paces: readonly BoundPace[], start: number, ticket: PaceTicket<Holding>, first: number,
+  function reserveFrom (step: ReserveStep, start: number, ticket: PaceTicket<Holding>, first: number,
     request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+    const paces = step.paces
     for (let i = start; i < paces.length; i++) {
       const bound = paces[i]
       let key: string | undefined
@@ -255,7 +267,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       if (bound.shared !== null) {
         const held = key
         bound.shared.reserve(key).then(reservation => {
-          if (hold(ticket, first, bound, held, reservation, request, reply)) reserveFrom(paces, i + 1, ticket, first, request, reply, next)
+          if (hold(ticket, first, bound, held, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
         }, (err: Error) => {
           ticket._refundFrom(first)
           next(err)
@@ -263,6 +275,10 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
         return
       }
       if (!hold(ticket, first, bound, key, bound.pace.reserve(key), request, reply)) return
+    }
+    if (step.commits) {
+      writeQuota(reply, ticket.held, false, null)
+      ticket._settle()
     }
     next()
   }
@@ -309,14 +325,17 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     const early = bound.filter(b => b.rule.early)
     const late = bound.filter(b => !b.rule.early)
 
+    const commits = late.length === 0
     if (early.length > 0) {
-      routeOptions.onRequest = [(request, reply, next) => reserveAll(early, request, reply, next), ...hookList(routeOptions.onRequest)]
+      const step: ReserveStep = { paces: early, commits }
+      routeOptions.onRequest = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.onRequest)]
     }
-    if (late.length > 0) {
-      routeOptions.preHandler = [(request, reply, next) => reserveAll(late, request, reply, next), ...hookList(routeOptions.preHandler)]
+    if (!commits) {
+      const step: ReserveStep = { paces: late, commits: false }
+      routeOptions.preHandler = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.preHandler)]
+      routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
+      routeOptions.onResponse = [settle, ...hookList(routeOptions.onResponse)]
     }
-    routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
-    routeOptions.onResponse = [settle, ...hookList(routeOptions.onResponse)]
     routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store?.scope ?? PER_REPLICA, options.store?.outage ?? '')
   })
 

@@ -250,3 +250,26 @@ t.test('a handler error keeps the quota headers of an accepted outcome', async t
   t.equal(response.statusCode, 500)
   t.equal(response.headers.ratelimit, '"/token";r=9;t=1')
 })
+
+t.test('a route paced only by source, spend every, writes its quota and commits as it reserves', async t => {
+  let settledInHandler: boolean | undefined
+  const app = await build(t, { now: () => 0 }, app => {
+    app.get('/authorize', { config: { pace: { perSecond: 3, key: 'source', spend: 'every' } } }, async (request) => {
+      settledInHandler = request.pace!.settled
+      request.pace!.outcome = 'rejected'
+      if ((request.query as Record<string, string>).fail === 'yes') throw new Error('boom')
+      return 'ok'
+    })
+  })
+  const first = await app.inject('/authorize')
+  t.equal(first.statusCode, 200)
+  t.equal(settledInHandler, true, 'committed when taken: nothing is ever refunded')
+  t.same([first.headers['ratelimit-policy'], first.headers.ratelimit], ['"/authorize";q=3;w=1', '"/authorize";r=2;t=1'])
+  const failed = await app.inject('/authorize?fail=yes')
+  t.equal(failed.statusCode, 500)
+  t.equal(failed.headers.ratelimit, '"/authorize";r=1;t=1', 'an error response keeps the quota written in onRequest')
+  t.equal((await app.inject('/authorize')).statusCode, 200, 'the third unit: a rejected outcome refunded nothing')
+  const refused = await app.inject('/authorize')
+  t.equal(refused.statusCode, 429)
+  t.equal(refused.headers.ratelimit, '"/authorize";r=0;t=1')
+})
