@@ -131,12 +131,12 @@ const PER_REPLICA = 'per replica'
  * The sentence every paced route's description gets: the rate, the key, and the scope over which
  * the rate holds (per replica by default, or the shared store's).
  */
-function paceSentence (rules: readonly PaceRule[], scope: string, outage: string): string {
+function paceSentence (rules: readonly PaceRule[], store: PaceStore | undefined): string {
   const parts = rules.map(rule => `${rule.perSecond} requests per second per ${keyDescription(rule)}` +
     (rule.spend === 'accepted' ? ' (rejected exchanges are refunded)' : ' (every request counts)'))
-  const holds = scope === PER_REPLICA
+  const holds = store === undefined
     ? 'Each rate is per replica: N replicas admit up to N times it.'
-    : `Each rate is ${scope}; while the store is unavailable, ${outage}.`
+    : `Each rate is ${store.scope}; while the store is unavailable, ${store.outage}.`
   return `Paced by exchangepace: ${parts.join('; ')}. ${holds}`
 }
 
@@ -336,7 +336,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
       routeOptions.onResponse = [settle, ...hookList(routeOptions.onResponse)]
     }
-    routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store?.scope ?? PER_REPLICA, options.store?.outage ?? '')
+    routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store)
   })
 
   fastify.addHook('onReady', function warnTrustProxy (next) {
@@ -373,9 +373,10 @@ function hookList<T> (hooks: T | T[] | undefined): T[] {
  * route's own), an `x-exchangepace` extension, and the 429 response. A new object: the HEAD route
  * Fastify derives from a GET shares the original.
  */
-function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[], scope: string, outage: string): RouteOptions['schema'] {
+function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[], store: PaceStore | undefined): RouteOptions['schema'] {
   const own = (schema ?? {}) as Record<string, unknown>
-  const sentence = paceSentence(rules, scope, outage)
+  const scope = store?.scope ?? PER_REPLICA
+  const sentence = paceSentence(rules, store)
   const description = typeof own.description === 'string' && own.description !== '' ? `${own.description} ${sentence}` : sentence
   const response = (own.response ?? {}) as Record<string, unknown>
   return {
