@@ -35,6 +35,45 @@ export const LOAD = {
 }
 
 /**
+ * Starts a server of `kind` (bench/http-server.js) and resolves with a handle once it listens. It
+ * starts unpinned (so that several servers start in parallel) and is then pinned, every thread, to
+ * core 0 when `pinned`. `label` names the part in errors.
+ */
+export function startServer (kind, pinned, label) {
+  const child = spawn(process.execPath, [join(BENCH_DIR, 'http-server.js'), kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  const waiting = []
+  let exited = null
+  child.on('message', message => waiting.shift()?.resolve(message))
+  child.on('exit', code => {
+    exited = new Error(`${label}: server ${kind} exited (${code})`)
+    for (const next of waiting.splice(0)) next.reject(exited)
+  })
+  const receive = () => new Promise((resolve, reject) => {
+    if (exited) reject(exited)
+    else waiting.push({ resolve, reject })
+  })
+  const request = async cmd => {
+    const answer = receive()
+    child.send({ cmd })
+    return answer
+  }
+  return receive().then(ready => {
+    if (pinned) execFileSync('taskset', ['-a', '-p', '-c', '0', String(ready.pid)], { stdio: 'ignore' })
+    return {
+      kind,
+      port: ready.port,
+      start: () => request('start'),
+      stop: () => request('stop'),
+      close: () => new Promise(resolve => {
+        if (exited) return resolve()
+        child.once('exit', () => resolve())
+        child.send({ cmd: 'exit' })
+      })
+    }
+  })
+}
+
+/**
  * Runs the rounds of `groups` ({ name: configurations }) as `settings` says (roundSeconds,
  * repetitions, and rounds and repetitions per way and group), prints the tables, and returns
  * { pinned, sequential, paired } with the figures of every group. `label` prefixes the progress.
@@ -56,44 +95,6 @@ export async function measureHttp ({ label, groups, settings, smoke }) {
       log(`${label}: taskset unavailable (${err.code ?? err.message}): running unpinned`)
       return false
     }
-  }
-
-  /**
-   * Starts a server of `kind` and resolves with a handle once it listens. It starts unpinned (so that
-   * several servers start in parallel) and is then pinned, every thread, to core 0.
-   */
-  function startServer (kind, pinned) {
-    const child = spawn(process.execPath, [join(BENCH_DIR, 'http-server.js'), kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
-    const waiting = []
-    let exited = null
-    child.on('message', message => waiting.shift()?.resolve(message))
-    child.on('exit', code => {
-      exited = new Error(`${label}: server ${kind} exited (${code})`)
-      for (const next of waiting.splice(0)) next.reject(exited)
-    })
-    const receive = () => new Promise((resolve, reject) => {
-      if (exited) reject(exited)
-      else waiting.push({ resolve, reject })
-    })
-    const request = async cmd => {
-      const answer = receive()
-      child.send({ cmd })
-      return answer
-    }
-    return receive().then(ready => {
-      if (pinned) execFileSync('taskset', ['-a', '-p', '-c', '0', String(ready.pid)], { stdio: 'ignore' })
-      return {
-        kind,
-        port: ready.port,
-        start: () => request('start'),
-        stop: () => request('stop'),
-        close: () => new Promise(resolve => {
-          if (exited) return resolve()
-          child.once('exit', () => resolve())
-          child.send({ cmd: 'exit' })
-        })
-      }
-    })
   }
 
   function load (server, config, how, seconds = settings.roundSeconds) {
@@ -188,7 +189,7 @@ export async function measureHttp ({ label, groups, settings, smoke }) {
       runs.paired[group] = []
     }
     for (let rep = 0; rep < settings.repetitions; rep++) {
-      const servers = Object.fromEntries(await Promise.all(kinds.map(async kind => [kind, await startServer(kind, pinned)])))
+      const servers = Object.fromEntries(await Promise.all(kinds.map(async kind => [kind, await startServer(kind, pinned, label)])))
       try {
         if (!smoke) {
           for (const config of Object.values(groups).flat()) await load(servers[config.kind], config, 'sequential', 0.5)

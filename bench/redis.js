@@ -12,13 +12,11 @@
 // Run alone: node bench/redis.js [--quick|--smoke] [--out DIR]. Needs a Redis at REDIS_URL
 // (default redis://127.0.0.1:6379); without one the part records that it was skipped, and why.
 
-import { join } from 'node:path'
-import { spawn } from 'node:child_process'
 import autocannon from 'autocannon'
 import Redis from 'ioredis'
 import { FORM, REDIS_URL, probeRedis, tokenBody } from './apps.js'
-import { measureHttp } from './http-rounds.js'
-import { BENCH_DIR, byMode, fmt, log, parseOptions, summary, table, writeResult } from './common.js'
+import { measureHttp, startServer } from './http-rounds.js'
+import { byMode, fmt, log, parseOptions, summary, table, writeResult } from './common.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
@@ -60,16 +58,6 @@ async function redisCpuMicros (client) {
   return (read('used_cpu_user') + read('used_cpu_sys')) * 1e6
 }
 
-/** A benchmark server of `kind` in its own process: { port, close }. */
-async function startServer (kind) {
-  const child = spawn(process.execPath, [join(BENCH_DIR, 'http-server.js'), kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
-  const ready = await new Promise((resolve, reject) => {
-    child.on('message', message => { if (message.cmd === 'ready') resolve(message) })
-    child.on('exit', code => reject(new Error(`redis: server ${kind} exited (${code})`)))
-  })
-  return { port: ready.port, close: () => new Promise(resolve => { child.once('exit', resolve); child.send({ cmd: 'exit' }) }) }
-}
-
 /**
  * Redis's CPU per request for each store: rounds of a fixed number of accepted token requests,
  * the stores alternating, Redis's CPU read before and after each. Nothing else uses this Redis
@@ -80,7 +68,7 @@ async function measureRedisCpu (kinds) {
   const client = new Redis(REDIS_URL)
   const servers = {}
   try {
-    for (const kind of kinds) servers[kind] = await startServer(kind)
+    for (const kind of kinds) servers[kind] = await startServer(kind, false, 'redis')
     const samples = Object.fromEntries(kinds.map(kind => [kind, []]))
     const load = (kind, amount) => autocannon({ url: `http://127.0.0.1:${servers[kind].port}/token`, method: 'POST', headers: { 'content-type': FORM }, body: tokenBody(), connections: 10, amount })
     for (const kind of kinds) await load(kind, Math.min(requests, 10_000))
