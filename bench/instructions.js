@@ -13,6 +13,13 @@
 // run at a time, one per core. The Redis stores (when a Redis answers) are counted too: only the
 // Node process's instructions, not Redis's.
 //
+// Then Redis's side: a redis-server of its own (a spare loopback port, nothing kept on disk) under
+// callgrind, and each script called `scriptCalls` times on one key, 16 calls in flight, through
+// ioredis exactly as each store calls it (the script registered by the store's own constructor):
+// an empty script (the floor of any script call), @fastify/rate-limit's fixed window, and
+// exchangepace's reserve, and reserve + refund. Counted the same way (warm up, zero, count, dump).
+// It includes Redis's event loop and its socket handling in user space.
+//
 // Run alone: node bench/instructions.js [--quick|--smoke] [--out DIR]. Needs valgrind (on every
 // machine here); without it the part records that it was skipped.
 
@@ -20,15 +27,22 @@ import { execFileSync, spawn } from 'node:child_process'
 import { readFileSync, readdirSync, rmSync, mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createRequire } from 'node:module'
+import { connect, createServer } from 'node:net'
 import autocannon from 'autocannon'
-import { FORM, REDIS_URL, probeRedis, tokenBody } from './apps.js'
+import Redis from 'ioredis'
+import { RedisStore } from 'exchangepace'
+import { FORM, NEVER, REDIS_URL, probeRedis, tokenBody } from './apps.js'
 import { BENCH_DIR, byMode, fmt, log, parseOptions, table, writeResult } from './common.js'
+
+const require = createRequire(import.meta.url)
+const RateLimitRedisStore = require('@fastify/rate-limit/store/RedisStore')
 
 const options = parseOptions()
 const settings = byMode(options, {
-  full: { warmup: 3000, requests: 3000, kinds: ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
-  quick: { warmup: 1000, requests: 1000, kinds: ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
-  smoke: { warmup: 50, requests: 50, kinds: ['bare', 'exchangepace'] }
+  full: { warmup: 3000, requests: 3000, scriptCalls: 20_000, kinds: ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
+  quick: { warmup: 1000, requests: 1000, scriptCalls: 5000, kinds: ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
+  smoke: { warmup: 50, requests: 50, scriptCalls: 100, kinds: ['bare', 'exchangepace'] }
 })
 
 const NAMES = {
@@ -59,6 +73,16 @@ const load = (port, amount) => autocannon({
   timeout: 120
 })
 
+/**
+ * The instruction count of the newest callgrind dump: the files in `dir` named `prefix`N that are
+ * not in `before`. A dump taken after zeroing the counters holds only what ran in between.
+ */
+function dumpedInstructions (dir, prefix, before) {
+  const dumps = readdirSync(dir).filter(file => file.startsWith(prefix) && !before.has(file))
+  const totals = dumps.map(file => Number(/^(?:summary|totals): (\d+)/m.exec(readFileSync(join(dir, file), 'utf8'))?.[1] ?? 0))
+  return Math.max(...totals)
+}
+
 /** Instructions per request of one server kind, counted by callgrind. */
 async function count (kind, dir) {
   const out = join(dir, `callgrind.${kind}.out`)
@@ -74,12 +98,91 @@ async function count (kind, dir) {
     execFileSync('callgrind_control', ['-z', String(child.pid)], { stdio: 'ignore' })
     const result = await load(ready.port, settings.requests)
     execFileSync('callgrind_control', ['-d', String(child.pid)], { stdio: 'ignore' })
-    // The dump after zeroing holds the measured requests only; callgrind names it out.N.
-    const dumps = readdirSync(dir).filter(file => file.startsWith(`callgrind.${kind}.out.`))
-    const totals = dumps.map(file => Number(/^(?:summary|totals): (\d+)/m.exec(readFileSync(join(dir, file), 'utf8'))?.[1] ?? 0))
-    const instructions = Math.max(...totals)
+    const instructions = dumpedInstructions(dir, `callgrind.${kind}.out.`, new Set())
     return { kind, name: NAMES[kind], requests: settings.requests, statuses: { 200: result['2xx'], other: result.non2xx }, instructionsPerRequest: instructions / settings.requests }
   } finally {
+    child.kill('SIGKILL')
+  }
+}
+
+function redisServerVersion () {
+  try {
+    return execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim()
+  } catch {
+    return null
+  }
+}
+
+async function sparePort () {
+  const server = createServer()
+  await new Promise(resolve => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address()
+  await new Promise(resolve => server.close(resolve))
+  return port
+}
+
+/** Resolves once something accepts connections on the port (valgrind takes seconds to start Redis). */
+async function listening (port) {
+  for (let attempt = 0; attempt < 300; attempt++) {
+    const open = await new Promise(resolve => {
+      const socket = connect(port, '127.0.0.1', () => { socket.end(); resolve(true) })
+      socket.on('error', () => resolve(false))
+    })
+    if (open) return
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
+  throw new Error(`instructions: redis-server under callgrind did not listen on ${port}`)
+}
+
+const PACE_KEY = 'exchangepace:token:reporting'
+
+/** One operation per script line, each made as the store makes it (the script its constructor registers). */
+const SCRIPT_CALLS = [
+  { name: 'empty script (return {1, 2}): the floor of any script call', call: client => client.benchEmptyScript('bench:empty') },
+  { name: '@fastify/rate-limit\'s Redis store: INCR, PTTL', call: client => client.rateLimit('fastify-rate-limit-reporting', 1000, NEVER, false, false) },
+  { name: 'exchangepace\'s reserve: TIME, GET, SET PX', call: client => client.exchangepaceReserve(PACE_KEY, NEVER) },
+  {
+    name: 'exchangepace\'s reserve, then refund (a wrong secret): two script calls',
+    call: async client => {
+      const reply = await client.exchangepaceReserve(PACE_KEY, NEVER)
+      await client.exchangepaceRefund(PACE_KEY, NEVER, reply[3])
+    }
+  }
+]
+
+/** Redis's instructions per operation of each script line, in a redis-server of its own under callgrind. */
+async function countRedisScripts (dir) {
+  const port = await sparePort()
+  const out = join(dir, 'callgrind.redis.out')
+  const child = spawn('valgrind', ['--tool=callgrind', `--callgrind-out-file=${out}`,
+    'redis-server', '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+  let client
+  try {
+    await listening(port)
+    client = new Redis({ host: '127.0.0.1', port })
+    // Registered as the stores register them, on this client.
+    new RedisStore({ client }) // eslint-disable-line no-new
+    new RateLimitRedisStore(false, false, client) // eslint-disable-line no-new
+    client.defineCommand('benchEmptyScript', { numberOfKeys: 1, lua: 'return {1, 2}' })
+    const run = async (call, operations) => {
+      const inFlight = 16
+      await Promise.all(Array.from({ length: inFlight }, async (_, lane) => {
+        for (let i = lane; i < operations; i += inFlight) await call(client)
+      }))
+    }
+    const results = []
+    for (const { name, call } of SCRIPT_CALLS) {
+      log(`  instructions: Redis, ${name} (${settings.scriptCalls} counted)`)
+      await run(call, Math.min(2000, settings.scriptCalls))
+      const before = new Set(readdirSync(dir))
+      execFileSync('callgrind_control', ['-z', String(child.pid)], { stdio: 'ignore' })
+      await run(call, settings.scriptCalls)
+      execFileSync('callgrind_control', ['-d', String(child.pid)], { stdio: 'ignore' })
+      results.push({ name, operations: settings.scriptCalls, instructionsPerOperation: dumpedInstructions(dir, 'callgrind.redis.out.', before) / settings.scriptCalls })
+    }
+    return results
+  } finally {
+    client?.disconnect()
     child.kill('SIGKILL')
   }
 }
@@ -91,6 +194,8 @@ if (valgrind === null) {
 } else {
   const dir = mkdtempSync(join(tmpdir(), 'exchangepace-callgrind-'))
   const results = []
+  const redisServer = redisServerVersion()
+  let redisScripts = null
   const redis = await probeRedis()
   const kinds = settings.kinds.filter(kind => !kind.endsWith('-redis') || redis.unreachable === undefined)
   if (kinds.length < settings.kinds.length) log(`instructions: no Redis at ${REDIS_URL} (${redis.unreachable}): the Redis stores are left out`)
@@ -103,6 +208,8 @@ if (valgrind === null) {
       }
     }
     await Promise.all([worker(), worker()])
+    if (redisServer === null) log('instructions: redis-server is not installed: Redis\'s side of the scripts is left out')
+    else redisScripts = await countRedisScripts(dir)
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
@@ -115,11 +222,20 @@ if (valgrind === null) {
   log(`\ninstructions per request (callgrind, ${valgrind}), ${settings.requests} requests counted per server`)
   log(table(['configuration', 'instructions/req', 'added to bare', 'ratio to bare', 'statuses'],
     results.map(r => [r.name, fmt(r.instructionsPerRequest, 0), fmt(r.addedPerRequest, 0), `${fmt(r.ratioToBare, 3)}x`, `200:${r.statuses[200]} other:${r.statuses.other}`])))
+  if (redisScripts !== null) {
+    const rateLimit = redisScripts[1].instructionsPerOperation
+    for (const r of redisScripts) r.ratioToRateLimit = r.instructionsPerOperation / rateLimit
+    log(`\nRedis's instructions per operation (callgrind, ${redisServer}), ${settings.scriptCalls} operations counted per line`)
+    log(table(['script calls', 'instructions/op', 'ratio to @fastify/rate-limit'],
+      redisScripts.map(r => [r.name, fmt(r.instructionsPerOperation, 0), `${fmt(r.ratioToRateLimit, 3)}x`])))
+  }
   const file = writeResult(options, 'instructions', {
-    description: 'user-space instructions per request of each server, counted by callgrind',
+    description: 'user-space instructions per request of each server, counted by callgrind; and Redis\'s per script call',
     valgrind,
     warmup: settings.warmup,
-    results
+    results,
+    redisServer,
+    redisScripts
   })
   log(`\ninstructions: wrote ${file}`)
 }

@@ -14,35 +14,39 @@ import type { PaceReservation, PaceStore, SharedPace } from './store.js'
  * subtracts an exact integer (as `Pace` does with its ticks). Readings are taken modulo 2^32
  * microseconds (71 minutes), which keeps every value an exact integer for integer rates up to 2^21
  * per second; a stored time is never more than one second ahead of now (the key expires when it
- * is reached), so its distance to now is read unambiguously from the modular difference. Values
- * are stored as integers: formatting a double to its 17 digits costs Redis more than the rest of
- * the script. Lua replies truncate numbers to integers: the wait goes back as a string.
+ * is reached), so its distance to now is read unambiguously from the modular difference. Every
+ * number goes to Redis as a string formatted with %d: Redis would format a Lua number argument as
+ * a 17-digit double, which costs more than the arithmetic. Lua replies truncate numbers to
+ * integers (the reading of the clock goes back truncated, which is how the refund compares it);
+ * the wait goes back as a string.
  */
 const CLOCK = `
 local rate = tonumber(ARGV[1])
 local wrap = 4294967296 * rate
 local time = redis.call('TIME')
 local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
-local function spentAt (full)
-  local spent = (full - now) % wrap
-  if spent > wrap / 2 then return 0 end
-  return spent
-end
-local function store (spent)
-  redis.call('SET', KEYS[1], string.format('%d', math.floor(now + spent + 0.5) % wrap), 'PX', math.ceil(spent / rate / 1000))
-end
 `
 
+/**
+ * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is (0 for
+ * a full bucket or a time already past); the write stores the new time and sets the key to expire
+ * at that moment. The scripts are straight-line code (no local functions, which Lua would build on
+ * every call) and let Lua's arithmetic read the stored string: bench/instructions.js counts what
+ * each line costs Redis.
+ */
 const RESERVE = `${CLOCK}
-local full = tonumber(redis.call('GET', KEYS[1]))
+local full = redis.call('GET', KEYS[1])
 local after = 1000000
-if full then after = spentAt(full) + 1000000 end
+if full then
+  local spent = (full - now) % wrap
+  if spent <= wrap / 2 then after = spent + 1000000 end
+end
 local shortfall = after - 1000000 * rate
 if shortfall > 0.5 then
   return {0, 0, tostring(shortfall / rate / 1000)}
 end
-store(after)
-return {1, math.floor((0.5 - shortfall) / 1000000), '0', math.floor(now)}
+redis.call('SET', KEYS[1], string.format('%d', math.floor(now + after + 0.5) % wrap), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
+return {1, math.floor((0.5 - shortfall) / 1000000), '0', now}
 `
 
 /**
@@ -52,16 +56,18 @@ return {1, math.floor((0.5 - shortfall) / 1000000), '0', math.floor(now)}
  * a refund gives nothing, as with the in-process pace.
  */
 const REFUND = `
-local full = tonumber(redis.call('GET', KEYS[1]))
+local full = redis.call('GET', KEYS[1])
 if not full then return 0 end
 ${CLOCK}
-local age = (now - tonumber(ARGV[2])) % wrap
+local age = (now - ARGV[2]) % wrap
 if age < wrap / 2 and age + 0.5 >= 1000000 * rate then return 0 end
-local left = spentAt(full) - 1000000
+local spent = (full - now) % wrap
+if spent > wrap / 2 then spent = 0 end
+local left = spent - 1000000
 if left <= 0 then
   redis.call('DEL', KEYS[1])
 else
-  store(left)
+  redis.call('SET', KEYS[1], string.format('%d', math.floor(now + left + 0.5) % wrap), 'PX', string.format('%d', math.ceil(left / rate / 1000)))
 end
 return 1
 `
