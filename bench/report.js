@@ -127,9 +127,9 @@ function memorySection (memory) {
   out.push(mdTable(['live keys', 'exchangepace B/key', 'LocalStore B/key', 'RLF memory B/key'], memory.live.map(r => [
     r.keys.toLocaleString('en-US'), f(r.exchangepace.perKey), f(r.LocalStore.perKey), f(r['RLF memory'].perKey)
   ])))
-  const slotBytes = keys => 12 * Math.max(16, 2 ** Math.ceil(Math.log2(keys))) / keys
+  const slotBytes = keys => 8 * Math.max(16, 2 ** Math.ceil(Math.log2(keys))) / keys
   const worst = memory.live.reduce((a, b) => b.exchangepace.perKey > a.exchangepace.perKey ? b : a)
-  out.push('', `exchangepace holds per key one Map entry (key to slot index, a small integer V8 keeps unboxed) and one slot: 8 bytes in a \`Float64Array\` and 4 in the \`Int32Array\` of free slots. V8's Map stores an entry in 3 pointers (24 bytes) plus half a bucket pointer, and it grows by doubling, as the slot arrays do; so the cost per key is lowest just below a power of two (1M keys fill 95% of 2^20 slots) and highest just past one (2^19 + 1 keys leave the tables half empty). At ${worst.keys.toLocaleString('en-US')} keys the slot arrays account for ${f(slotBytes(worst.keys))} of the ${f(worst.exchangepace.perKey)} bytes and the Map for the other ${f(worst.exchangepace.perKey - slotBytes(worst.keys))}, which no JavaScript code controls.`, '')
+  out.push('', `exchangepace holds per key one Map entry (key to slot index, a small integer V8 keeps unboxed) and one slot: 8 bytes in a \`Float64Array\` (a free slot holds the index of the next free one, so freeing costs nothing more). V8's Map stores an entry in 3 pointers (24 bytes) plus half a bucket pointer, and it grows by doubling, as the slot array does; so the cost per key is lowest just below a power of two (1M keys fill 95% of 2^20 slots) and highest just past one (2^19 + 1 keys leave the tables half empty). At ${worst.keys.toLocaleString('en-US')} keys the slot array accounts for ${f(slotBytes(worst.keys))} of the ${f(worst.exchangepace.perKey)} bytes and the Map for the other ${f(worst.exchangepace.perKey - slotBytes(worst.keys))}, which no JavaScript code controls.`, '')
   const fl = memory.flood
   const sp = memory.spenders
   out.push(mdTable(['flood', 'ids', 'rows left', 'heap growth'], [
@@ -235,7 +235,7 @@ function redisSection (redis) {
   if (cpu) {
     const rl = cpu['ratelimit-redis']
     const ep = cpu['exchangepace-redis']
-    out.push('', `Redis's own CPU per accepted request (INFO cpu before and after ${cpu.requestsPerRound.toLocaleString('en-US')} requests, the stores alternating; median and range): @fastify/rate-limit ${f(rl.median, 2)} µs (${f(rl.min, 2)}-${f(rl.max, 2)}), exchangepace ${f(ep.median, 2)} µs (${f(ep.min, 2)}-${f(ep.max, 2)}). exchangepace's script does more on the server: it reads Redis TIME (one clock for every replica), reads the key, and writes it back with a new expiry on every reservation, while a fixed window increments a counter and reads its TTL. With a rate no client reaches, as here, each reservation finds its bucket full again and Redis creates and later expires the key every time, the most a reservation can cost it.`)
+    out.push('', `Redis's own CPU per accepted request (INFO cpu before and after ${cpu.requestsPerRound.toLocaleString('en-US')} requests, the stores alternating; median and range): @fastify/rate-limit ${f(rl.median, 2)} µs (${f(rl.min, 2)}-${f(rl.max, 2)}), exchangepace ${f(ep.median, 2)} µs (${f(ep.min, 2)}-${f(ep.max, 2)}). exchangepace's script does more on the server: it reads Redis TIME (one clock for every replica), reads the key, and writes it back with a new expiry on every reservation, while a fixed window increments a counter and reads its TTL. With a rate no client reaches, as here (one unit refills in a microsecond), each reservation finds its bucket full again and writes the key with a new expiry, and the key expires after each pause of a millisecond: the most a reservation can cost Redis. Part 7 counts Redis's instructions per script call and says what they are made of.`)
   }
   out.push('', 'On the Node side both stores spend most of a request in ioredis and in the socket writes to Redis; the plugins\' own work is a small share, so the two land close together, and the run-to-run spread is of the same size as the difference.', '')
   return out.join('\n')
@@ -260,7 +260,16 @@ function instructionsSection (instructions) {
         : `The floor is ${x(floorRatio, 3)} of bare.`))
   }
   if (of('exchangepace-redis') && of('ratelimit-redis')) {
-    out.push('', `On Redis, the Node process only (Redis's own work is in part 6): exchangepace's RedisStore ${Math.round(of('exchangepace-redis').instructionsPerRequest).toLocaleString('en-US')} instructions per request, @fastify/rate-limit's Redis store ${Math.round(of('ratelimit-redis').instructionsPerRequest).toLocaleString('en-US')}: ${x(of('exchangepace-redis').instructionsPerRequest / of('ratelimit-redis').instructionsPerRequest, 3)}.`)
+    out.push('', `On Redis, the Node process only: exchangepace's RedisStore ${Math.round(of('exchangepace-redis').instructionsPerRequest).toLocaleString('en-US')} instructions per request, @fastify/rate-limit's Redis store ${Math.round(of('ratelimit-redis').instructionsPerRequest).toLocaleString('en-US')}: ${x(of('exchangepace-redis').instructionsPerRequest / of('ratelimit-redis').instructionsPerRequest, 3)}.`)
+  }
+  const scripts = instructions.redisScripts
+  if (scripts) {
+    out.push('', `Redis's side: a redis-server of the bench's own (${instructions.redisServer.split(' ').slice(0, 3).join(' ')}, nothing kept on disk) under callgrind, each script called ${scripts[0].operations.toLocaleString('en-US')} times on one key with 16 calls in flight, through ioredis as each store calls it. The count includes Redis's event loop and its reading and writing of the socket in user space, which every script call pays: the empty script is that floor.`, '')
+    out.push(mdTable(['script calls', 'Redis instructions per operation', 'ratio to @fastify/rate-limit'], scripts.map(r => [
+      r.name, Math.round(r.instructionsPerOperation).toLocaleString('en-US'), x(r.ratioToRateLimit, 3)
+    ])))
+    const [empty, rateLimit, reserve] = scripts
+    out.push('', `Beyond the floor of a script call, exchangepace's reserve costs Redis ${Math.round(reserve.instructionsPerOperation - empty.instructionsPerOperation).toLocaleString('en-US')} instructions and @fastify/rate-limit's window ${Math.round(rateLimit.instructionsPerOperation - empty.instructionsPerOperation).toLocaleString('en-US')}. What the difference is made of (each piece counted under callgrind while the scripts were tuned, with redis-benchmark calling variants of the script that leave one piece out): the \`TIME\` call, about 9,700 instructions, which is the price of one clock for every replica; the expiry written with every reservation (\`PX\`), about 8,700, which is what keeps Redis holding only the keys that spent within the last second; and the script's arithmetic on the readings, about 9,000 (three string-to-number conversions, two \`%d\` formats). A fixed window increments a counter in place and sets its expiry once per window. Tuning the scripts (straight-line code instead of local functions, numbers passed as formatted strings instead of Lua numbers, which Redis formats as 17-digit doubles) took the reserve from 61,222 to 55,433 instructions (both counted by this part's shortest form, \`--smoke\`, 100 calls); what remains is the bucket's contract.`)
   }
   out.push('')
   return out.join('\n')

@@ -8,8 +8,10 @@
  *
  * Invariants:
  * - every key in `#slotOf` owns exactly one slot, and no two keys share one;
- * - every slot below `#slots.length` is either owned by a key or on the free stack, never both;
- * - the arrays grow by doubling when no slot is free, and `compact` shrinks them when at most a
+ * - every slot below `#nextUnused` is either owned by a key or on the free list, never both. The
+ *   free list is threaded through the values themselves: a free slot holds the index of the next
+ *   free slot (-1 ends the list), so freeing costs no memory beside the one array;
+ * - the array grows by doubling when no slot is free, and `removeAtMost` shrinks it when at most a
  *   quarter is in use, so memory follows the number of live keys in both directions.
  *
  * Not safe to share between threads; in one JavaScript thread every method runs to completion.
@@ -19,8 +21,8 @@ export class SlotTable {
 
   #slotOf = new Map<string, number>()
   #values = new Float64Array(SlotTable.MIN_SLOTS)
-  #free = new Int32Array(SlotTable.MIN_SLOTS)
-  #freeCount = 0
+  /** The first slot of the free list, or -1. */
+  #freeHead = -1
   #nextUnused = 0
 
   /** Number of keys held. */
@@ -28,7 +30,7 @@ export class SlotTable {
     return this.#slotOf.size
   }
 
-  /** Slots allocated (live or free): what the table costs beside the Map. */
+  /** Slots allocated (live, free or never used): what the table costs beside the Map. */
   get capacity (): number {
     return this.#values.length
   }
@@ -51,9 +53,9 @@ export class SlotTable {
 
   /** Adds `key` (which must not be present) holding `value`. */
   insert (key: string, value: number): void {
-    let slot: number
-    if (this.#freeCount > 0) {
-      slot = this.#free[--this.#freeCount]
+    let slot = this.#freeHead
+    if (slot !== -1) {
+      this.#freeHead = this.#values[slot] | 0 // an index, kept a small integer for the Map
     } else {
       if (this.#nextUnused === this.#values.length) this.#resize(this.#values.length * 2)
       slot = this.#nextUnused++
@@ -62,14 +64,15 @@ export class SlotTable {
     this.#slotOf.set(key, slot)
   }
 
-  /** Removes `key`, whose slot is `slot`, and frees the slot. */
+  /** Removes `key`, whose slot is `slot`, and puts the slot at the head of the free list. */
   remove (key: string, slot: number): void {
     this.#slotOf.delete(key)
-    this.#free[this.#freeCount++] = slot
+    this.#values[slot] = this.#freeHead
+    this.#freeHead = slot
   }
 
   /**
-   * Removes every key whose number is at most `limit`, then shrinks the arrays when no more than a
+   * Removes every key whose number is at most `limit`, then shrinks the array when no more than a
    * quarter of the slots are live. Runs in time proportional to the number of keys.
    */
   removeAtMost (limit: number): void {
@@ -83,8 +86,9 @@ export class SlotTable {
   }
 
   /**
-   * Moves the live slots to the front of arrays of `length` slots (`length` > live keys).
-   * Reassigning an existing key's slot in the Map updates it in place and allocates no entry.
+   * Moves the live slots to the front of an array of `length` slots (`length` > live keys), with
+   * an empty free list. Reassigning an existing key's slot in the Map updates it in place and
+   * allocates no entry.
    */
   #resize (length: number): void {
     const values = new Float64Array(length)
@@ -94,8 +98,7 @@ export class SlotTable {
       this.#slotOf.set(key, next++)
     }
     this.#values = values
-    this.#free = new Int32Array(length)
-    this.#freeCount = 0
+    this.#freeHead = -1
     this.#nextUnused = next
   }
 }

@@ -84,7 +84,7 @@ t.test('a freed slot is reused before any unused one', async t => {
   t.equal(table.read(table.slot('b')), 2)
 })
 
-t.test('the arrays double when every slot is live', async t => {
+t.test('the array doubles when every slot is live', async t => {
   // Each row: keys inserted, capacity after.
   const table: Array<[number, number]> = [
     [16, 16],
@@ -103,12 +103,28 @@ t.test('growing keeps every key and its value', async t => {
   t.same(valuesOf(table, 100), Array.from({ length: 100 }, (_, i) => i))
 })
 
-t.test('the arrays do not grow while a freed slot is there', async t => {
+t.test('the array does not grow while a freed slot is there', async t => {
   const table = tableOf(16)
   table.remove('k3', table.slot('k3'))
   table.insert('new', 99)
   t.equal(table.capacity, 16)
   t.equal(table.size, 16)
+})
+
+t.test('slots freed in any order are all handed out again, last freed first, before the array grows', async t => {
+  const table = tableOf(16) // every slot live
+  const freed = ['k9', 'k2', 'k14', 'k0'].map(key => {
+    const slot = table.slot(key)
+    table.remove(key, slot)
+    return slot
+  })
+  for (let i = 0; i < 4; i++) table.insert(`n${i}`, 100 + i)
+  t.same([0, 1, 2, 3].map(i => table.slot(`n${i}`)), [...freed].reverse())
+  t.equal(table.capacity, 16, 'no growth while the free list held slots')
+  t.same([0, 1, 2, 3].map(i => table.read(table.slot(`n${i}`))), [100, 101, 102, 103], 'a reused slot holds its new value, not a link')
+  table.insert('one more', 200)
+  t.equal(table.capacity, 32, 'the free list is empty again: the next insert grows the array')
+  t.equal(table.read(table.slot('k5')), 5)
 })
 
 t.test('removeAtMost removes every key whose value is at most the limit', async t => {
@@ -124,7 +140,7 @@ t.test('removeAtMost below every value removes nothing', async t => {
   t.equal(table.size, 10)
 })
 
-t.test('removeAtMost shrinks the arrays when at most a quarter of the slots are live', async t => {
+t.test('removeAtMost shrinks the array when at most a quarter of the slots are live', async t => {
   // Each row: keys inserted (into 64 slots), keys left live, capacity after.
   const rows: Array<[number, number, number]> = [
     [64, 17, 64], // more than a quarter: kept
@@ -156,7 +172,7 @@ t.test('shrinking keeps every live key and its value', async t => {
   t.same(valuesOf(table, 1000), Array.from({ length: 100 }, (_, i) => 900 + i))
 })
 
-t.test('after shrinking, inserts fill the compacted arrays and grow them again by doubling', async t => {
+t.test('after shrinking, inserts fill the compacted array and grow it again by doubling', async t => {
   const table = tableOf(64)
   table.removeAtMost(47) // 16 live of 64: shrunk to 32
   t.equal(table.capacity, 32)
@@ -173,7 +189,7 @@ t.test('after shrinking, inserts fill the compacted arrays and grow them again b
 t.test('after shrinking, slots freed before it are not handed out twice', async t => {
   const table = tableOf(64)
   for (let i = 0; i < 8; i++) table.remove(`k${i}`, table.slot(`k${i}`)) // 8 freed slots
-  table.removeAtMost(47) // 16 live: shrunk, the free stack starts over
+  table.removeAtMost(47) // 16 live: shrunk, the free list starts over
   for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i)
   const slots = new Set<number>()
   for (let i = 48; i < 64; i++) slots.add(table.slot(`k${i}`))
