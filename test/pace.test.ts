@@ -286,6 +286,18 @@ t.test('refund', async t => {
     t.equal(drain(pace, 'k'), 3)
   })
 
+  t.test('refunds in any order give every unit back when nothing else was spent', async t => {
+    // Each row: the order in which three reservations of one instant are refunded.
+    const orders = [[0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0], [0, 2, 1], [2, 0, 1]]
+    for (const order of orders) {
+      const { pace, clock } = paceAt(10)
+      const held = [pace.reserve('k'), pace.reserve('k'), pace.reserve('k')] // t0
+      clock.ms = 50 // t1: verification took 50 ms
+      for (const i of order) held[i].refund()
+      t.equal(drain(pace, 'k'), 10, `refunded in the order ${order.join(', ')}`)
+    }
+  })
+
   t.test('a refund after the row was swept changes nothing', async t => {
     const { pace, clock } = paceAt(3)
     const old = pace.reserve('k') // t0
