@@ -33,9 +33,9 @@ export const defaultClock: Clock = monotonic
 /**
  * What one `reserve` decided. When granted, the unit was already debited; `refund()` gives it back.
  *
- * `refund` gives the unit back while it still counts: within one horizon of the reservation. A
- * refund that leaves the bucket full removes the row. The common refund (a rejected exchange on a
- * bucket that was full before it) reads no clock.
+ * A refund gives back what leaves the bucket no fuller than had this unit never been granted: the
+ * whole unit unless later grants on the key, or a refill to full since, took part of it. It reads
+ * no clock.
  */
 export class Reservation {
   /** The unit was there and has been debited. */
@@ -46,12 +46,16 @@ export class Reservation {
   readonly retryAfterMs: number
   #pace: Pace | null
   readonly #key: string
+  readonly #run: number
+  readonly #count: number
   readonly #at: number
 
   /** @internal Built by `Pace.reserve` only. */
-  constructor (pace: Pace | null, key: string, at: number, granted: boolean, remaining: number, retryAfterMs: number) {
+  constructor (pace: Pace | null, key: string, run: number, count: number, at: number, granted: boolean, remaining: number, retryAfterMs: number) {
     this.#pace = pace
     this.#key = key
+    this.#run = run
+    this.#count = count
     this.#at = at
     this.granted = granted
     this.remaining = remaining
@@ -66,7 +70,7 @@ export class Reservation {
     const pace = this.#pace
     if (pace === null) return
     this.#pace = null
-    pace._giveBack(this.#key, this.#at)
+    pace._giveBack(this.#key, this.#run, this.#count, this.#at)
   }
 }
 
@@ -75,11 +79,14 @@ export class Reservation {
  *
  * - Capacity: one second of `perSecond`, so a key that was silent for an hour may spend one second's
  *   worth at once and no more. Refill is continuous: after d ms, d * perSecond / 1000 units are back.
- * - A row holds one number per key: the scaled time at which that key's bucket is full again (the
- *   GCRA "theoretical arrival time"). The bucket then holds `perSecond - (row - now) / UNIT` units.
+ * - A row holds per key the scaled time at which that key's bucket is full again (the GCRA
+ *   "theoretical arrival time"; the bucket then holds `perSecond - (row - now) / UNIT` units), and
+ *   for refunds: when its run of spending began (the grant that found the bucket full), how many
+ *   grants the run has had, and when the latest came.
  * - A key without a row has a full bucket, and a full bucket has no row: a row whose time has come
  *   means nothing that a missing row does not, so it may be deleted at any moment. A refund that
- *   makes a bucket full deletes its row; the sweep deletes the rows that refill made full. Memory
+ *   leaves the bucket full as of the latest grant deletes its row; the sweep deletes the rows that
+ *   refill (or a refund) left in the past. Memory
  *   therefore holds only the keys that spent within the last second (the horizon), however many
  *   keys were merely named.
  * - The sweep runs inside `reserve` when the table has doubled since the previous sweep or one
@@ -87,6 +94,8 @@ export class Reservation {
  * - `reserve` decides and debits in one step, and `refund` gives back in one step. Each is atomic in
  *   JavaScript because no `await` sits between its read of a row and its write: concurrent requests
  *   cannot all see the same unit. There is deliberately no "is there room?" query.
+ * - The row's time is never earlier than the units kept (granted and not refunded) alone would
+ *   put it, so they never exceed `perSecond * (1 + w)` in any window of w seconds, refunds included.
  */
 export class Pace {
   readonly perSecond: number
@@ -130,40 +139,54 @@ export class Pace {
     if (table.size >= this.#sweepAtSize || now - this.#sweptAt >= this.#capacity) this.#sweep(now)
 
     const slot = table.slot(key)
-    const full = slot === -1 ? now : Math.max(table.read(slot), now)
-    const after = full + UNIT
+    // A row whose time has come is a full bucket: a grant on it begins a new run.
+    const running = slot !== -1 && table.read(slot) > now
+    const after = (running ? table.read(slot) : now) + UNIT
     const shortfall = after - now - this.#capacity
     if (shortfall > SLACK) {
-      return new Reservation(null, key, now, false, 0, shortfall / perSecond)
+      return new Reservation(null, key, 0, 0, now, false, 0, shortfall / perSecond)
     }
-    if (slot === -1) table.insert(key, after)
-    else table.write(slot, after)
-    return new Reservation(this, key, now, true, Math.floor((SLACK - shortfall) / UNIT), 0)
+    const remaining = Math.floor((SLACK - shortfall) / UNIT)
+    if (running) return new Reservation(this, key, table.stamp(slot), table.addCount(slot, after, now), now, true, remaining, 0)
+    if (slot === -1) table.insert(key, after, now)
+    else table.restart(slot, after, now)
+    return new Reservation(this, key, now, 1, now, true, remaining, 0)
   }
 
   /**
    * @internal Called once per granted reservation by `Reservation.refund`. Requires that the
-   * reservation debited `key` at scaled time `at`.
+   * reservation was granted at scaled time `at` as the `count`th grant of `key`'s run that began
+   * at `run`.
    *
-   * When the row holds nothing but this unit on top of a bucket that was full at `at`, giving it
-   * back fills the bucket: the row goes, and no clock is read (the stranger's case). Otherwise other
-   * units were spent too, and the clock decides: a unit reserved a whole horizon ago has refilled
-   * (or its row was swept and made anew by later spends), so giving it back would grant one unit
-   * more than the rate; nothing is returned then. A refund never lifts the bucket above capacity.
+   * When the bucket has been full since the run began (the row is gone, or began another run),
+   * this unit had refilled by then and removing it changes nothing after: nothing is given back.
+   * Otherwise the units kept alone would put the row at the later of two times: one unit earlier
+   * than it is (this one gone), and where the later kept grants put it by themselves. The second
+   * is bounded from above twice, and the row moves to the lower bound, so never below either time:
+   * - the run's latest grant (nothing counted after it) has nothing after it: one unit back, and
+   *   the count goes back by one so that the grants before it count one grant fewer after them;
+   * - the n grants counted after it came by `last`, so they hold the row at most at `last` + n
+   *   units;
+   * - the row was at least one unit past `at` after this grant, and each later grant added a unit
+   *   to both, so the later grants alone hold it at most `last - at` above one unit earlier.
+   * A row left at or before the latest grant's time is full: it goes. No clock is read; a row a
+   * refund leaves in the past reads as full, and the sweep removes it.
    */
-  _giveBack (key: string, at: number): void {
+  _giveBack (key: string, run: number, count: number, at: number): void {
     const table = this.#table
     const slot = table.slot(key)
-    if (slot === -1) return
-    const full = table.read(slot) - UNIT
-    if (full <= at + SLACK) {
-      table.remove(key, slot)
+    if (slot === -1 || table.stamp(slot) !== run) return
+    const full = table.read(slot)
+    const last = table.last(slot)
+    const later = (table.count(slot) - count) >>> 0
+    if (later === 0) {
+      if (full - UNIT > last + SLACK) table.uncount(slot, full - UNIT)
+      else table.remove(key, slot)
       return
     }
-    const now = this.#now() * this.perSecond
-    if (now - at + SLACK >= this.#capacity) return
-    if (full <= now + SLACK) table.remove(key, slot)
-    else table.write(slot, full)
+    const left = Math.min(full - UNIT + (last - at), Math.max(full - UNIT, Math.min(full, last + later * UNIT)))
+    if (left <= last + SLACK) table.remove(key, slot)
+    else if (left < full) table.write(slot, left)
   }
 
   /** Deletes the rows that refill has made full. Requires `now` in scaled time. */

@@ -1,18 +1,20 @@
 /**
- * A map from string keys to one double each, built so that updating a key's number allocates nothing.
+ * A map from string keys to a small fixed record each, built so that updating a key's record
+ * allocates nothing. A record is a number (what `removeAtMost` compares), a stamp set when the
+ * record starts, a count, and the time of the latest count.
  *
  * A `Map<string, number>` holding arbitrary doubles boxes every stored value in a fresh heap number
  * on each `set`, which on the pace's hot path costs about as much as the lookup itself. Here the Map
- * holds a small integer (a slot index, which V8 keeps unboxed) and the doubles live side by side in
- * one `Float64Array`. Writing a key's number is a typed-array store.
+ * holds a small integer (a slot index, which V8 keeps unboxed) and the records live side by side in
+ * typed arrays. Writing a key's record is a few typed-array stores.
  *
  * Invariants:
  * - every key in `#slotOf` owns exactly one slot, and no two keys share one;
  * - every slot below `#nextUnused` is either owned by a key or on the free list, never both. The
- *   free list is threaded through the values themselves: a free slot holds the index of the next
- *   free slot (-1 ends the list), so freeing costs no memory beside the one array;
- * - the array grows by doubling when no slot is free, and `removeAtMost` shrinks it when at most a
- *   quarter is in use, so memory follows the number of live keys in both directions.
+ *   free list is threaded through the numbers themselves: a free slot holds the index of the next
+ *   free slot (-1 ends the list), so freeing costs no memory beside the arrays;
+ * - the arrays grow by doubling when no slot is free, and `removeAtMost` shrinks them when at most
+ *   a quarter is in use, so memory follows the number of live keys in both directions.
  *
  * Not safe to share between threads; in one JavaScript thread every method runs to completion.
  */
@@ -21,6 +23,9 @@ export class SlotTable {
 
   #slotOf = new Map<string, number>()
   #values = new Float64Array(SlotTable.MIN_SLOTS)
+  #stamps = new Float64Array(SlotTable.MIN_SLOTS)
+  #lasts = new Float64Array(SlotTable.MIN_SLOTS)
+  #counts = new Int32Array(SlotTable.MIN_SLOTS)
   /** The first slot of the free list, or -1. */
   #freeHead = -1
   #nextUnused = 0
@@ -41,7 +46,7 @@ export class SlotTable {
     return slot === undefined ? -1 : slot
   }
 
-  /** The number stored in a slot returned by `slot` or `insert`. */
+  /** The number stored in a slot returned by `slot`. */
   read (slot: number): number {
     return this.#values[slot]
   }
@@ -51,8 +56,46 @@ export class SlotTable {
     this.#values[slot] = value
   }
 
-  /** Adds `key` (which must not be present) holding `value`. */
-  insert (key: string, value: number): void {
+  /** The stamp the slot's record started with. */
+  stamp (slot: number): number {
+    return this.#stamps[slot]
+  }
+
+  /** The slot's count: 1 when its record started, plus one per `addCount`, less one per `uncount`, as an int32 (wrapping). */
+  count (slot: number): number {
+    return this.#counts[slot]
+  }
+
+  /** When the latest count happened (as given to `addCount`, or the stamp); `uncount` leaves it. */
+  last (slot: number): number {
+    return this.#lasts[slot]
+  }
+
+  /** Stores `value`, adds one to the count, notes `at` as the time of it, and returns the new count. */
+  addCount (slot: number, value: number, at: number): number {
+    const count = (this.#counts[slot] + 1) | 0
+    this.#values[slot] = value
+    this.#counts[slot] = count
+    this.#lasts[slot] = at
+    return count
+  }
+
+  /** Stores `value` and takes one from the count. */
+  uncount (slot: number, value: number): void {
+    this.#values[slot] = value
+    this.#counts[slot] = (this.#counts[slot] - 1) | 0
+  }
+
+  /** Starts a live slot's record afresh: `value`, a count of 1, and `stamp` as its stamp and as the time of that count. */
+  restart (slot: number, value: number, stamp: number): void {
+    this.#values[slot] = value
+    this.#stamps[slot] = stamp
+    this.#lasts[slot] = stamp
+    this.#counts[slot] = 1
+  }
+
+  /** Adds `key` (which must not be present) with the record `restart` starts. */
+  insert (key: string, value: number, stamp: number): void {
     let slot = this.#freeHead
     if (slot !== -1) {
       this.#freeHead = this.#values[slot] | 0 // an index, kept a small integer for the Map
@@ -60,7 +103,7 @@ export class SlotTable {
       if (this.#nextUnused === this.#values.length) this.#resize(this.#values.length * 2)
       slot = this.#nextUnused++
     }
-    this.#values[slot] = value
+    this.restart(slot, value, stamp)
     this.#slotOf.set(key, slot)
   }
 
@@ -72,7 +115,7 @@ export class SlotTable {
   }
 
   /**
-   * Removes every key whose number is at most `limit`, then shrinks the array when no more than a
+   * Removes every key whose number is at most `limit`, then shrinks the arrays when no more than a
    * quarter of the slots are live. Runs in time proportional to the number of keys.
    */
   removeAtMost (limit: number): void {
@@ -86,18 +129,27 @@ export class SlotTable {
   }
 
   /**
-   * Moves the live slots to the front of an array of `length` slots (`length` > live keys), with
+   * Moves the live records to the front of arrays of `length` slots (`length` > live keys), with
    * an empty free list. Reassigning an existing key's slot in the Map updates it in place and
    * allocates no entry.
    */
   #resize (length: number): void {
     const values = new Float64Array(length)
+    const stamps = new Float64Array(length)
+    const lasts = new Float64Array(length)
+    const counts = new Int32Array(length)
     let next = 0
     for (const [key, slot] of this.#slotOf) {
       values[next] = this.#values[slot]
+      stamps[next] = this.#stamps[slot]
+      lasts[next] = this.#lasts[slot]
+      counts[next] = this.#counts[slot]
       this.#slotOf.set(key, next++)
     }
     this.#values = values
+    this.#stamps = stamps
+    this.#lasts = lasts
+    this.#counts = counts
     this.#freeHead = -1
     this.#nextUnused = next
   }

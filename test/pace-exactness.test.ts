@@ -13,8 +13,13 @@ class ExactBucket {
   readonly #p: bigint
   readonly #unit: bigint
   readonly #capacity: bigint
-  /** Steps held by each key; a key not here is full. */
-  readonly #level = new Map<string, bigint>()
+  /**
+   * Per key whose bucket is not full: steps held, the run it is in (a grant on a full bucket
+   * begins one), the grants counted in that run, and when the latest came (ms).
+   */
+  readonly #rows = new Map<string, { level: bigint, run: number, count: number, last: number }>()
+  #runs = 0
+  #ms = 0
 
   constructor (p: number, q: number) {
     this.#p = BigInt(p)
@@ -24,36 +29,59 @@ class ExactBucket {
 
   /** Lets `ms` milliseconds pass for every key. */
   advance (ms: number): void {
+    this.#ms += ms
     const refill = BigInt(ms) * this.#p
-    for (const [key, level] of this.#level) {
-      const next = level + refill
-      if (next >= this.#capacity) this.#level.delete(key)
-      else this.#level.set(key, next)
+    for (const [key, row] of this.#rows) {
+      row.level += refill
+      if (row.level >= this.#capacity) this.#rows.delete(key)
     }
   }
 
-  /** What `reserve` must answer: `retryAfterMs` as the exact fraction `waitSteps / p`. */
-  reserve (key: string): { granted: boolean, remaining: number, waitSteps: bigint } {
-    const level = this.#level.get(key) ?? this.#capacity
-    if (level < this.#unit) return { granted: false, remaining: 0, waitSteps: this.#unit - level }
-    this.#level.set(key, level - this.#unit)
-    return { granted: true, remaining: Number((level - this.#unit) / this.#unit), waitSteps: 0n }
+  /**
+   * What `reserve` must answer (`retryAfterMs` as the exact fraction `waitSteps / p`), and, when
+   * granted, the run, the grant's number in it and its time, for `refund`.
+   */
+  reserve (key: string): { granted: boolean, remaining: number, waitSteps: bigint, run: number, count: number, at: number } {
+    const row = this.#rows.get(key) ?? { level: this.#capacity, run: ++this.#runs, count: 0, last: 0 }
+    if (row.level < this.#unit) return { granted: false, remaining: 0, waitSteps: this.#unit - row.level, run: 0, count: 0, at: 0 }
+    row.level -= this.#unit
+    row.count++
+    row.last = this.#ms
+    this.#rows.set(key, row)
+    return { granted: true, remaining: Number(row.level / this.#unit), waitSteps: 0n, run: row.run, count: row.count, at: this.#ms }
   }
 
   /**
-   * Gives one unit back to `key`, never beyond the capacity, while it still counts: a unit
-   * reserved `elapsedMs` >= one second ago has refilled, and gives nothing back.
+   * Gives back the `count`th grant of run `run` of `key`, made at `at` ms, by the rule of
+   * `Pace._giveBack`, in absolute steps (t ms is t p steps; the row's time is now plus the
+   * shortfall): nothing once the run is over; the run's latest grant gives its unit and uncounts;
+   * any other moves the row to the lowest of one unit earlier plus the time from it to the latest
+   * grant, and the later of one unit earlier and the latest grant's time plus one unit per grant
+   * counted after it.
    */
-  refund (key: string, elapsedMs: number): void {
-    if (elapsedMs >= 1000) return
-    const level = (this.#level.get(key) ?? this.#capacity) + this.#unit
-    if (level >= this.#capacity) this.#level.delete(key)
-    else this.#level.set(key, level)
+  refund (key: string, run: number, count: number, at: number): void {
+    const row = this.#rows.get(key)
+    if (row === undefined || row.run !== run) return
+    const now = BigInt(this.#ms) * this.#p
+    const last = BigInt(row.last) * this.#p
+    const full = now + this.#capacity - row.level
+    const min = (a: bigint, b: bigint): bigint => a < b ? a : b
+    const max = (a: bigint, b: bigint): bigint => a > b ? a : b
+    let left: bigint
+    if (row.count === count) {
+      left = full - this.#unit
+      row.count--
+    } else {
+      left = min(full, full - this.#unit + last - BigInt(at) * this.#p)
+      left = min(left, max(full - this.#unit, min(full, last + BigInt(row.count - count) * this.#unit)))
+    }
+    if (left <= now) this.#rows.delete(key)
+    else row.level = this.#capacity - (left - now)
   }
 
   /** Keys whose bucket is not full: each must have a row in Pace. */
   get short (): number {
-    return this.#level.size
+    return this.#rows.size
   }
 
   get p (): bigint {
@@ -80,13 +108,15 @@ const rate = fc.integer({ min: 1, max: 7 }).chain(q =>
 /**
  * Replays `operations` on a Pace and on the reference, starting at `start` ms, and throws at the
  * first answer that differs. A refund picks one of the reservations made so far, whatever its state
- * (refused, already refunded): only a granted, not yet refunded one may change anything.
+ * (refused, already refunded): only a granted, not yet refunded one may change anything. At the
+ * end, the units kept (granted and never refunded) must fit the rate: at most p/q x (1 + w) of
+ * them in any window of w seconds.
  */
 function replay ({ p, q }: { p: number, q: number }, start: number, operations: Operation[]): void {
   const clock = { ms: start }
   const pace = new Pace({ perSecond: p / q, now: () => clock.ms })
   const exact = new ExactBucket(p, q)
-  const made: Array<{ key: string, reservation: Reservation, live: boolean, at: number }> = []
+  const made: Array<{ key: string, reservation: Reservation, live: boolean, at: number, run: number, count: number, modelAt: number }> = []
   operations.forEach((operation, step) => {
     const where = `rate ${p}/${q}, step ${step}, t = ${clock.ms - start} ms`
     if (operation.op === 'advance') {
@@ -101,15 +131,26 @@ function replay ({ p, q }: { p: number, q: number }, start: number, operations: 
       // |retryAfterMs - waitSteps / p| <= 1e-6, compared without dividing the exact side.
       const error = Math.abs(got.retryAfterMs * p - Number(want.waitSteps)) / p
       if (!(error <= 1e-6)) throw new Error(`${where}: retryAfterMs ${got.retryAfterMs}, want ${want.waitSteps}/${p}`)
-      made.push({ key, reservation: got, live: got.granted, at: clock.ms })
+      made.push({ key, reservation: got, live: got.granted, at: clock.ms, run: want.run, count: want.count, modelAt: want.at })
     } else if (made.length > 0) {
       const chosen = made[operation.index % made.length]
       chosen.reservation.refund()
-      if (chosen.live) exact.refund(chosen.key, clock.ms - chosen.at)
+      if (chosen.live) exact.refund(chosen.key, chosen.run, chosen.count, chosen.modelAt)
       chosen.live = false
     }
     if (pace.size < exact.short) throw new Error(`${where}: ${pace.size} rows for ${exact.short} short buckets`)
   })
+  for (const key of ['k0', 'k1', 'k2']) {
+    const kept = made.filter(m => m.live && m.key === key).map(m => m.at)
+    for (let first = 0; first < kept.length; first++) {
+      for (let last = first; last < kept.length; last++) {
+        // last - first + 1 units within kept[last] - kept[first] ms: at most p/q x (1000 + ms) / 1000.
+        if ((last - first + 1) * 1000 * q > p * (1000 + kept[last] - kept[first])) {
+          throw new Error(`rate ${p}/${q}: ${key} kept ${last - first + 1} units within ${kept[last] - kept[first]} ms`)
+        }
+      }
+    }
+  }
 }
 
 t.test('reserve, refund and refill match exact arithmetic over long random sequences', async t => {
@@ -132,14 +173,27 @@ t.test('the match holds when the clock reads a day of uptime', async t => {
 t.test('the reference bucket itself behaves as the specification says', async t => {
   const exact = new ExactBucket(5, 2) // 2.5 per second
   t.same([exact.reserve('k').granted, exact.reserve('k').granted, exact.reserve('k').granted], [true, true, false])
-  exact.advance(200)
-  t.equal(exact.reserve('k').granted, true)
-  exact.refund('k', 0)
-  exact.refund('k', 0)
-  exact.refund('k', 0) // held at capacity
-  exact.advance(3_600_000)
-  t.equal(exact.short, 0)
-  t.equal(exact.p, 5n)
+  exact.advance(200) // half a unit back: one whole unit
+  const third = exact.reserve('k')
+  t.same([third.granted, third.count, third.at], [true, 3, 200], 'the third grant of the run, at 200 ms')
+
+  const over = new ExactBucket(3, 1)
+  const old = over.reserve('k')
+  over.advance(1000) // full again: that run is over
+  over.reserve('k') // a new run: 2 left
+  over.refund('k', old.run, old.count, old.at)
+  t.equal(over.reserve('k').remaining, 1, 'a refund from a run that is over gives nothing')
+
+  const bounded = new ExactBucket(3, 1)
+  const first = bounded.reserve('k') // 2 left
+  bounded.advance(100) // 2.3
+  bounded.reserve('k')
+  bounded.reserve('k') // 0.3
+  bounded.refund('k', first.run, first.count, first.at) // 1.3 would be too many: the two later grants keep it at 1
+  t.same([bounded.reserve('k').remaining, bounded.reserve('k').granted], [0, false])
+  bounded.advance(3_600_000)
+  t.equal(bounded.short, 0)
+  t.equal(bounded.p, 3n)
 })
 
 /**

@@ -276,13 +276,12 @@ t.test('refund', async t => {
     t.equal(pace.size, 0)
   })
 
-  t.test('a row that a late refund leaves in the past reads as a full bucket', async t => {
+  t.test('a refund on a row whose time has come gives nothing: the bucket is full', async t => {
     const { pace, clock } = paceAt(3)
     const a = pace.reserve('k') // t0
     pace.reserve('k') // t0
     clock.ms = 1000 // t1: full again, row not yet swept
-    a.refund() // full as of now, but not as of t0: the row stays until a sweep
-    t.equal(pace.size, 1)
+    a.refund()
     t.equal(drain(pace, 'k'), 3)
   })
 
@@ -298,6 +297,26 @@ t.test('refund', async t => {
     }
   })
 
+  t.test('refunds after the bucket was full again give nothing, even within one second', async t => {
+    const { pace, clock } = paceAt(10)
+    const strangers = Array.from({ length: 5 }, () => pace.reserve('k')) // t0: 5 left
+    clock.ms = 600 // t1: full again since t0 + 500
+    t.equal(drain(pace, 'k'), 10, 'the whole bucket')
+    clock.ms = 700 // t2: one unit refilled
+    for (const stranger of strangers) stranger.refund()
+    t.equal(drain(pace, 'k'), 1, 'kept units from t1 to t2: 11 = 10 x (1 + 0.1), not 16')
+  })
+
+  t.test('refunds give back no more than the grants made after them leave room for', async t => {
+    const { pace, clock } = paceAt(10)
+    const strangers = Array.from({ length: 5 }, () => pace.reserve('k')) // t0: 5 left
+    clock.ms = 499 // t1: 9.99 units
+    t.equal(drain(pace, 'k'), 9)
+    clock.ms = 500 // t2
+    for (const stranger of strangers) stranger.refund() // the 9 grants after them hold the bucket
+    t.equal(drain(pace, 'k'), 1, 'kept units from t1 to t2: 10, as if the strangers had never come; not 15')
+  })
+
   t.test('a refund after the row was swept changes nothing', async t => {
     const { pace, clock } = paceAt(3)
     const old = pace.reserve('k') // t0
@@ -310,7 +329,7 @@ t.test('refund', async t => {
     t.equal(pace.size, 2)
   })
 
-  t.test('a refund a whole horizon late gives nothing back: that unit has refilled already', async t => {
+  t.test('a refund after the bucket refilled and was spent again gives nothing back', async t => {
     const { pace, clock } = paceAt(3)
     const old = pace.reserve('k') // t0
     clock.ms = 1000 // t1: k refilled, then swept by its next reserve
@@ -319,24 +338,30 @@ t.test('refund', async t => {
     t.equal(drain(pace, 'k'), 2)
   })
 
-  t.test('a refund within the horizon on a bucket others spent gives one unit back', async t => {
-    const { pace, clock } = paceAt(3)
-    pace.reserve('k') // t0: 2 left
-    const late = pace.reserve('k') // t0: 1 left
-    clock.ms = 999 // just inside one horizon of the reservation
-    late.refund() // 3 - 1 spent (refilled 2.997 units, capped) -> the bucket is full
-    t.equal(pace.size, 0, 'a refund that fills the bucket removes the row')
-  })
-
-  t.test('a refund within the horizon, with later spends, keeps the row one unit lower', async t => {
+  t.test('a refund with later spends gives back what the later spends leave room for', async t => {
     const { pace, clock } = paceAt(3)
     const first = pace.reserve('k') // t0: 2 left
     clock.ms = 100 // t1: 0.3 refilled
     pace.reserve('k')
     pace.reserve('k') // 0.3 left
-    first.refund() // 1.3 left
-    t.equal(pace.reserve('k').remaining, 0, 'one unit taken, 0.3 left')
+    first.refund() // 1 left: the two spends at t1 alone leave 1, so 1.3 would be one refill too many
+    t.equal(pace.reserve('k').remaining, 0, 'one unit taken')
     t.equal(pace.reserve('k').granted, false)
+    clock.ms = 433 // t2: 0.999 refilled since t1
+    t.equal(pace.reserve('k').granted, false)
+    clock.ms = 434
+    t.equal(pace.reserve('k').granted, true)
+  })
+
+  t.test('a refund with later spends on a deep bucket gives the whole unit back', async t => {
+    const { pace, clock } = paceAt(10)
+    pace.reserve('k')
+    pace.reserve('k')
+    const third = pace.reserve('k') // t0: 7 left
+    clock.ms = 1 // t1: 7.01
+    pace.reserve('k') // 6.01
+    third.refund() // 7.01: one spend since, far from full
+    t.equal(drain(pace, 'k'), 7)
   })
 
   t.test('refunds of every reservation of many random ids leave no rows', async t => {

@@ -4,7 +4,7 @@ import { SlotTable } from '../lib/slot-table.js'
 /** A table holding `count` keys `k0`, `k1`, ... with `k<i>` holding `i`. */
 function tableOf (count: number): SlotTable {
   const table = new SlotTable()
-  for (let i = 0; i < count; i++) table.insert(`k${i}`, i)
+  for (let i = 0; i < count; i++) table.insert(`k${i}`, i, 0)
   return table
 }
 
@@ -28,7 +28,7 @@ t.test('a new table is empty, with MIN_SLOTS slots', async t => {
 
 t.test('an inserted key has a slot holding its value', async t => {
   const table = new SlotTable()
-  table.insert('a', 1.5)
+  table.insert('a', 1.5, 0)
   const slot = table.slot('a')
   t.not(slot, -1)
   t.equal(table.read(slot), 1.5)
@@ -37,8 +37,8 @@ t.test('an inserted key has a slot holding its value', async t => {
 
 t.test('keys hold distinct slots and values', async t => {
   const table = new SlotTable()
-  table.insert('a', 1)
-  table.insert('b', 2)
+  table.insert('a', 1, 0)
+  table.insert('b', 2, 0)
   t.not(table.slot('a'), table.slot('b'))
   t.equal(table.read(table.slot('a')), 1)
   t.equal(table.read(table.slot('b')), 2)
@@ -46,8 +46,8 @@ t.test('keys hold distinct slots and values', async t => {
 
 t.test('write replaces the value of one slot only', async t => {
   const table = new SlotTable()
-  table.insert('a', 1)
-  table.insert('b', 2)
+  table.insert('a', 1, 0)
+  table.insert('b', 2, 0)
   table.write(table.slot('a'), 1e15 + 0.5)
   t.equal(table.read(table.slot('a')), 1e15 + 0.5)
   t.equal(table.read(table.slot('b')), 2)
@@ -56,8 +56,8 @@ t.test('write replaces the value of one slot only', async t => {
 
 t.test('remove deletes the key and leaves the others', async t => {
   const table = new SlotTable()
-  table.insert('a', 1)
-  table.insert('b', 2)
+  table.insert('a', 1, 0)
+  table.insert('b', 2, 0)
   table.remove('a', table.slot('a'))
   t.equal(table.slot('a'), -1)
   t.equal(table.size, 1)
@@ -66,20 +66,20 @@ t.test('remove deletes the key and leaves the others', async t => {
 
 t.test('a removed key can be inserted again', async t => {
   const table = new SlotTable()
-  table.insert('a', 1)
+  table.insert('a', 1, 0)
   table.remove('a', table.slot('a'))
-  table.insert('a', 7)
+  table.insert('a', 7, 0)
   t.equal(table.read(table.slot('a')), 7)
   t.equal(table.size, 1)
 })
 
 t.test('a freed slot is reused before any unused one', async t => {
   const table = new SlotTable()
-  table.insert('a', 1)
-  table.insert('b', 2)
+  table.insert('a', 1, 0)
+  table.insert('b', 2, 0)
   const freed = table.slot('a')
   table.remove('a', freed)
-  table.insert('c', 3)
+  table.insert('c', 3, 0)
   t.equal(table.slot('c'), freed)
   t.equal(table.read(table.slot('b')), 2)
 })
@@ -106,7 +106,7 @@ t.test('growing keeps every key and its value', async t => {
 t.test('the array does not grow while a freed slot is there', async t => {
   const table = tableOf(16)
   table.remove('k3', table.slot('k3'))
-  table.insert('new', 99)
+  table.insert('new', 99, 0)
   t.equal(table.capacity, 16)
   t.equal(table.size, 16)
 })
@@ -118,13 +118,55 @@ t.test('slots freed in any order are all handed out again, last freed first, bef
     table.remove(key, slot)
     return slot
   })
-  for (let i = 0; i < 4; i++) table.insert(`n${i}`, 100 + i)
+  for (let i = 0; i < 4; i++) table.insert(`n${i}`, 100 + i, 0)
   t.same([0, 1, 2, 3].map(i => table.slot(`n${i}`)), [...freed].reverse())
   t.equal(table.capacity, 16, 'no growth while the free list held slots')
   t.same([0, 1, 2, 3].map(i => table.read(table.slot(`n${i}`))), [100, 101, 102, 103], 'a reused slot holds its new value, not a link')
-  table.insert('one more', 200)
+  table.insert('one more', 200, 0)
   t.equal(table.capacity, 32, 'the free list is empty again: the next insert grows the array')
   t.equal(table.read(table.slot('k5')), 5)
+})
+
+t.test('slots freed in any order are all handed out again, last freed first, before the arrays grow', async t => {
+  const table = tableOf(16) // every slot live
+  const freed = ['k9', 'k2', 'k14', 'k0'].map(key => {
+    const slot = table.slot(key)
+    table.remove(key, slot)
+    return slot
+  })
+  for (let i = 0; i < 4; i++) table.insert(`n${i}`, 100 + i, 0)
+  t.same([0, 1, 2, 3].map(i => table.slot(`n${i}`)), [...freed].reverse())
+  t.equal(table.capacity, 16, 'no growth while the free list held slots')
+  t.same([0, 1, 2, 3].map(i => table.read(table.slot(`n${i}`))), [100, 101, 102, 103], 'a reused slot holds its new number, not a link')
+  table.insert('one more', 200, 0)
+  t.equal(table.capacity, 32, 'the free list is empty again: the next insert grows the arrays')
+  t.equal(table.read(table.slot('k5')), 5)
+})
+
+t.test('a record holds a stamp, a count and the time of the latest count beside its number', async t => {
+  const table = new SlotTable()
+  table.insert('a', 10, 3)
+  const slot = table.slot('a')
+  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [10, 3, 1, 3], 'a new record: count 1 at its stamp')
+  t.equal(table.addCount(slot, 20, 5), 2)
+  t.equal(table.addCount(slot, 30, 7), 3)
+  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [30, 3, 3, 7])
+  table.uncount(slot, 25)
+  t.same([table.read(slot), table.count(slot), table.last(slot)], [25, 2, 7], 'uncount keeps the time of the latest count')
+  table.restart(slot, 40, 9)
+  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [40, 9, 1, 9])
+})
+
+t.test('growing and shrinking move whole records', async t => {
+  const table = new SlotTable()
+  for (let i = 0; i < 40; i++) {
+    table.insert(`k${i}`, i, 100 + i)
+    table.addCount(table.slot(`k${i}`), i, 200 + i)
+  }
+  table.removeAtMost(29) // 10 live of 64: shrunk
+  t.equal(table.capacity, 20)
+  const slot = table.slot('k35')
+  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [35, 135, 2, 235])
 })
 
 t.test('removeAtMost removes every key whose value is at most the limit', async t => {
@@ -176,9 +218,9 @@ t.test('after shrinking, inserts fill the compacted array and grow it again by d
   const table = tableOf(64)
   table.removeAtMost(47) // 16 live of 64: shrunk to 32
   t.equal(table.capacity, 32)
-  for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i) // 32 live: full
+  for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i, 0) // 32 live: full
   t.equal(table.capacity, 32)
-  table.insert('one more', 200)
+  table.insert('one more', 200, 0)
   t.equal(table.capacity, 64)
   t.equal(table.size, 33)
   t.same(valuesOf(table, 64), Array.from({ length: 16 }, (_, i) => 48 + i))
@@ -190,7 +232,7 @@ t.test('after shrinking, slots freed before it are not handed out twice', async 
   const table = tableOf(64)
   for (let i = 0; i < 8; i++) table.remove(`k${i}`, table.slot(`k${i}`)) // 8 freed slots
   table.removeAtMost(47) // 16 live: shrunk, the free list starts over
-  for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i)
+  for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i, 0)
   const slots = new Set<number>()
   for (let i = 48; i < 64; i++) slots.add(table.slot(`k${i}`))
   for (let i = 0; i < 16; i++) slots.add(table.slot(`n${i}`))
