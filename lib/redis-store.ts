@@ -3,22 +3,24 @@ import type { Pace } from './pace.js'
 import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 /**
- * The pace in Redis, with the in-process Pace's semantics. A key holds one number: the Redis TIME
- * at which its bucket is full again. No key means a full bucket, and every write sets the key to
- * expire at that moment (PX), so Redis holds only the keys that spent within the last second. Each
- * operation is one script on one key: atomic on the server, no read-then-write from Node, and valid
- * on Redis Cluster. The clock is the server's, so every replica shares it.
+ * The pace in Redis, with the in-process Pace's semantics. A key holds one row, as text
+ * `full:run:count:last`: the Redis TIME at which the bucket is full again, and for refunds (as in
+ * `Pace`) when the run of spending began, the grants counted in it and when the latest came. No
+ * key means a full bucket, and every write sets the key to expire at the moment it is full again
+ * (PX), so Redis holds only the keys that spent within the last second. Each operation is one
+ * script on one key: atomic on the server, no read-then-write from Node, and valid on Redis
+ * Cluster. The clock is the server's, so every replica shares it.
  *
  * Time is counted in microticks: one microsecond of TIME is `rate` microticks, so one unit refills
  * in exactly 1e6 microticks and a bucket holds 1e6 x rate, and a debit or a refund adds or
  * subtracts an exact integer (as `Pace` does with its ticks). Readings are taken modulo 2^32
  * microseconds (71 minutes), which keeps every value an exact integer for integer rates up to 2^21
- * per second; a stored time is never more than one second ahead of now (the key expires when it
- * is reached), so its distance to now is read unambiguously from the modular difference. Every
- * number goes to Redis as a string formatted with %d: Redis would format a Lua number argument as
- * a 17-digit double, which costs more than the arithmetic. Lua replies truncate numbers to
- * integers (the reading of the clock goes back truncated, which is how the refund compares it);
- * the wait goes back as a string.
+ * per second; a stored time is never more than one bucket ahead of now (the key expires when it is
+ * reached), so its distance to now is read unambiguously from the modular difference, and it is
+ * capped at one bucket in case Redis's clock (wall-clock time) steps back. Every number goes to
+ * Redis as text formatted with %d: Redis would format a Lua number argument as a 17-digit double,
+ * which costs more than the arithmetic. The scripts are straight-line code: a Lua local function
+ * is a closure built anew on every call.
  */
 const CLOCK = `
 local rate = tonumber(ARGV[1])
@@ -28,46 +30,66 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
 `
 
 /**
- * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is (0 for
- * a full bucket or a time already past); the write stores the new time and sets the key to expire
- * at that moment. The scripts are straight-line code (no local functions, which Lua would build on
- * every call) and let Lua's arithmetic read the stored string: bench/instructions.js counts what
- * each line costs Redis.
+ * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
+ * key whose time has come (or no key) is a full bucket, and a grant on it begins a new run. The
+ * reply carries the run, the grant's number in it and its time, for the refund.
  */
 const RESERVE = `${CLOCK}
-local full = redis.call('GET', KEYS[1])
+local row = redis.call('GET', KEYS[1])
+local at = math.floor(now + 0.5) % wrap
 local after = 1000000
-if full then
+local run = at
+local count = 1
+if row then
+  local full, since, grants = string.match(row, '^(%d+):(%d+):(%d+):')
   local spent = (full - now) % wrap
-  if spent <= wrap / 2 then after = spent + 1000000 end
+  if spent > 0 and spent <= wrap / 2 then
+    after = math.min(spent, 1000000 * rate) + 1000000
+    run = tonumber(since)
+    count = grants + 1
+  end
 end
 local shortfall = after - 1000000 * rate
 if shortfall > 0.5 then
   return {0, 0, tostring(shortfall / rate / 1000)}
 end
-redis.call('SET', KEYS[1], string.format('%d', math.floor(now + after + 0.5) % wrap), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
-return {1, math.floor((0.5 - shortfall) / 1000000), '0', now}
+redis.call('SET', KEYS[1], string.format('%d:%d:%d:%d', math.floor(now + after + 0.5) % wrap, run, count, at), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
+return {1, math.floor((0.5 - shortfall) / 1000000), '0', run, count, at}
 `
 
 /**
- * Gives one unit back, never past a full bucket: a refund that fills the bucket deletes the key.
- * ARGV[2] is the reservation's own reading of the clock: a unit reserved one horizon (one second)
- * ago or more has refilled already, and giving it back would grant one more than the rate, so such
- * a refund gives nothing, as with the in-process pace.
+ * Gives back grant number ARGV[3] of the run that began at ARGV[2], made at ARGV[4], by
+ * `Pace._giveBack`'s rule, counted from the latest grant (`ahead`: how far the stored time is past
+ * it): nothing once the run is over; the run's latest grant gives its unit and uncounts; any other
+ * gives what the later grants leave room for. A key left at or before the latest grant is full
+ * and goes without a reading of the clock (a stranger's rejected exchange); one that stays is
+ * written with the expiry its new time calls for.
  */
 const REFUND = `
-local full = redis.call('GET', KEYS[1])
-if not full then return 0 end
+local row = redis.call('GET', KEYS[1])
+if not row then return 0 end
+local full, since, grants, last = string.match(row, '^(%d+):(%d+):(%d+):(%d+)$')
+if since ~= ARGV[2] then return 0 end
+local span = 4294967296 * ARGV[1]
+local ahead = (full - last) % span
+local left
+if grants == ARGV[3] then
+  left = ahead - 1000000
+  grants = grants - 1
+else
+  left = math.min(ahead - 1000000 + (last - ARGV[4]) % span, math.max(ahead - 1000000, math.min(ahead, (grants - ARGV[3]) * 1000000)))
+end
+if left <= 0.5 then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if left >= ahead then return 1 end
 ${CLOCK}
-local age = (now - ARGV[2]) % wrap
-if age < wrap / 2 and age + 0.5 >= 1000000 * rate then return 0 end
-local spent = (full - now) % wrap
-if spent > wrap / 2 then spent = 0 end
-local left = spent - 1000000
-if left <= 0 then
+local spent = (last + left - now) % wrap
+if spent == 0 or spent > wrap / 2 then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], string.format('%d', math.floor(now + left + 0.5) % wrap), 'PX', string.format('%d', math.ceil(left / rate / 1000)))
+  redis.call('SET', KEYS[1], string.format('%d:%s:%d:%s', (last + left) % wrap, since, grants, last), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
 end
 return 1
 `
@@ -77,13 +99,16 @@ export interface RedisClientLike {
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void
 }
 
-/** The reserve script's reply: granted with the units left and its reading of the clock, or refused with the wait in ms. */
-type ReserveReply = [granted: 1, remaining: number, wait: '0', reservedAt: number] | [refused: 0, remaining: 0, wait: string]
+/** The reserve script's reply: granted with the units left and the grant (its run, its number in it, its time), or refused with the wait in ms. */
+type ReserveReply = [granted: 1, remaining: number, wait: '0', run: number, count: number, at: number] | [refused: 0, remaining: 0, wait: string]
+
+/** A grant as the scripts identify it: the run's start, the grant's number in the run, its time. */
+type Grant = readonly [run: number, count: number, at: number]
 
 /** The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). */
 interface PaceCommands {
   exchangepaceReserve (key: string, perSecond: number): Promise<ReserveReply>
-  exchangepaceRefund (key: string, perSecond: number, reservedAt: number): Promise<number>
+  exchangepaceRefund (key: string, perSecond: number, run: number, count: number, at: number): Promise<number>
 }
 
 /** What a request gets while Redis is unavailable. */
@@ -121,8 +146,8 @@ class RedisReservation implements PaceReservation {
   readonly retryAfterMs = 0
   #pace: RedisPace | null
 
-  /** `reservedAt` is the reserve script's reading of Redis TIME, in the scripts' microticks. */
-  constructor (pace: RedisPace, readonly redisKey: string, remaining: number, readonly reservedAt: number) {
+  /** `grant` is the run, the grant's number in it and its time, in the scripts' microticks, as the reserve script answered. */
+  constructor (pace: RedisPace, readonly redisKey: string, remaining: number, readonly grant: Grant) {
     this.#pace = pace
     this.remaining = remaining
   }
@@ -131,7 +156,7 @@ class RedisReservation implements PaceReservation {
     const pace = this.#pace
     if (pace === null) return
     this.#pace = null
-    pace.giveBack(this.redisKey, this.reservedAt)
+    pace.giveBack(this.redisKey, this.grant)
   }
 }
 
@@ -170,13 +195,13 @@ class RedisPace implements SharedPace {
       this.#commands.exchangepaceReserve(redisKey, this.#perSecond).then(reply => {
         if (answered) {
           // Too late for its request, which went the unavailable path: give the unit back.
-          if (reply[0] === 1) this.giveBack(redisKey, reply[3])
+          if (reply[0] === 1) this.giveBack(redisKey, [reply[3], reply[4], reply[5]])
           return
         }
         answered = true
         clearTimeout(timer)
         this.#store._answered(this.#log)
-        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], reply[3]) : REFUSED_BY_REDIS(Number(reply[2])))
+        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], [reply[3], reply[4], reply[5]]) : REFUSED_BY_REDIS(Number(reply[2])))
       }, (err: Error) => {
         if (answered) return
         answered = true
@@ -188,11 +213,10 @@ class RedisPace implements SharedPace {
   }
 
   /**
-   * Refunds one unit of `redisKey`, reserved at `reservedAt`, in Redis. Nobody waits for it; a
-   * failure only leaves it spent.
+   * Refunds `grant` of `redisKey` in Redis. Nobody waits for it; a failure only leaves it spent.
    */
-  giveBack (redisKey: string, reservedAt: number): void {
-    this.#commands.exchangepaceRefund(redisKey, this.#perSecond, reservedAt).catch((err: Error) => {
+  giveBack (redisKey: string, [run, count, at]: Grant): void {
+    this.#commands.exchangepaceRefund(redisKey, this.#perSecond, run, count, at).catch((err: Error) => {
       this.#log.debug({ err }, 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills')
     })
   }

@@ -76,21 +76,65 @@ if ('skip' in connection) {
     t.equal(await client.exists(redisKey('c')), 0, 'all units back: no key')
   })
 
-  t.test('a refund one horizon late gives nothing back; within the horizon it gives one unit', async t => {
-    const { pace, redisKey } = paceOf('late', 3)
-    const first = await pace.reserve('c')
-    const second = await pace.reserve('c')
-    const reservedAt = (second as unknown as { reservedAt: number }).reservedAt
-    t.ok(Number.isInteger(reservedAt), 'the reservation keeps the script\'s reading of the clock')
-    const refund = (client as unknown as { exchangepaceRefund (key: string, perSecond: number, at: number): Promise<number> }).exchangepaceRefund.bind(client)
-    // Redis' clock cannot be moved: a reading one second and a bit older stands for a late refund.
-    t.equal(await refund(redisKey('c'), 3, reservedAt - 3 * 1_000_000 - 1), 0, 'a unit reserved a horizon ago has refilled: nothing back')
-    const third = await pace.reserve('c')
-    t.ok(third.granted)
-    t.notOk((await pace.reserve('c')).granted, 'the late refund gave nothing: three units spent')
-    t.equal(await refund(redisKey('c'), 3, reservedAt), 1, 'within the horizon a unit comes back')
-    t.ok((await pace.reserve('c')).granted)
-    for (const r of [first, second, third]) r.refund()
+  // Redis' clock cannot be moved, so some of these write a key's row by hand, relative to Redis
+  // TIME, in the scripts' microticks (rate 10: one unit is 1e6 microticks, the bucket 1e7, and one
+  // microsecond of TIME is 10 microticks).
+  const UNIT = 1_000_000
+  const microticksNow = async (rate: number): Promise<{ now: number, wrap: number }> => {
+    const [seconds, micros] = await client.time()
+    const wrap = 2 ** 32 * rate
+    return { now: Math.round(((Number(seconds) * 1e6 + Number(micros)) % 2 ** 32) * rate), wrap }
+  }
+  const refund = (client as unknown as { exchangepaceRefund (key: string, perSecond: number, run: number, count: number, at: number): Promise<number> }).exchangepaceRefund.bind(client)
+  const grantOf = (reservation: unknown): readonly [number, number, number] => (reservation as { grant: readonly [number, number, number] }).grant
+
+  t.test('a reservation carries its run, its number in it and its time; a refund counts only within that run', async t => {
+    const { pace, redisKey } = paceOf('run', 3)
+    const [run, first, firstAt] = grantOf(await pace.reserve('c'))
+    const [sameRun, second] = grantOf(await pace.reserve('c'))
+    t.ok(Number.isInteger(run) && Number.isInteger(firstAt), 'readings of the clock, as integers')
+    t.same([sameRun, first, second], [run, 1, 2], 'one run, grants 1 and 2')
+    t.equal(await refund(redisKey('c'), 3, run - 1, 1, firstAt), 0, 'a run that is over (the bucket was full since) gives nothing')
+    t.equal(await client.exists(redisKey('c')), 1)
+  })
+
+  t.test('refunds in any order give every unit back when nothing else was spent', async t => {
+    for (const order of [[0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0]]) {
+      const { pace, redisKey } = paceOf(`order-${order.join('')}`, 10)
+      const held = await Promise.all([pace.reserve('c'), pace.reserve('c'), pace.reserve('c')])
+      for (const i of order) held[i].refund()
+      await client.ping()
+      t.equal(await client.exists(redisKey('c')), 0, `refunded in the order ${order.join(', ')}: the bucket is full, no key`)
+    }
+  })
+
+  t.test('a refund gives back no more than the run\'s later grants leave room for', async t => {
+    const { redisKey } = paceOf('later', 10)
+    const key = redisKey('c')
+    const { now, wrap } = await microticksNow(10)
+    const run = (now - 5 * UNIT + wrap) % wrap
+    // 14 grants, the latest now; the row 9 units ahead of it.
+    const row = `${(now + 9 * UNIT) % wrap}:${run}:14:${now}`
+    await client.set(key, row, 'PX', 5000)
+    t.equal(await refund(key, 10, run, 5, run), 1)
+    t.equal(await client.get(key), row, 'the nine grants after the 5th hold the row where it is')
+    t.equal(await refund(key, 10, run, 13, now), 1)
+    t.equal(await client.get(key), `${(now + 8 * UNIT) % wrap}:${run}:14:${now}`, 'one grant after the 13th, at the same moment: one unit back')
+    t.equal(await refund(key, 10, run, 14, now), 1)
+    t.equal(await client.get(key), `${(now + 7 * UNIT) % wrap}:${run}:13:${now}`, 'the latest grant: one unit back, one grant fewer counted')
+    const ttl = await client.pttl(key)
+    t.ok(ttl > 0 && ttl <= 700, `the key expires when the bucket is full again; PTTL was ${ttl}`)
+    await client.del(key)
+  })
+
+  t.test('a stored time more than one bucket ahead (Redis\'s clock stepped back) counts as one bucket', async t => {
+    const { pace, redisKey } = paceOf('stepped', 10)
+    const { now, wrap } = await microticksNow(10)
+    await client.set(redisKey('c'), `${(now + 30 * UNIT) % wrap}:${now}:1:${now}`, 'PX', 5000)
+    const refused = await pace.reserve('c')
+    t.equal(refused.granted, false)
+    t.ok(refused.retryAfterMs <= 100, `one unit's wait at most, not three seconds: ${refused.retryAfterMs} ms`)
+    await client.del(redisKey('c'))
   })
 
   t.test('refunded strangers leave no keys at all', async t => {

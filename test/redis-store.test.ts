@@ -7,7 +7,7 @@ import exchangePace, { Pace, RedisStore, type PaceStore, type RedisClientLike } 
 // refusals, errors, silence, late answers) without a server. test/redis-*.test.ts run the Lua
 // scripts against a real Redis.
 
-type Reply = [1, number, '0', number] | [0, 0, string]
+type Reply = [1, number, '0', number, number, number] | [0, 0, string]
 
 interface Call { key: string, perSecond: number, resolve: (reply: Reply) => void, reject: (err: Error) => void }
 
@@ -15,7 +15,7 @@ class ScriptedClient implements RedisClientLike {
   readonly scripts = new Map<string, string>()
   readonly reserves: Call[] = []
   readonly refunds: string[] = []
-  readonly refundedAt: number[] = []
+  readonly refundedGrants: Array<[run: number, count: number, at: number]> = []
   refundFails = false
 
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void {
@@ -26,9 +26,9 @@ class ScriptedClient implements RedisClientLike {
     return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve, reject }) })
   }
 
-  exchangepaceRefund (key: string, _perSecond: number, reservedAt: number): Promise<number> {
+  exchangepaceRefund (key: string, _perSecond: number, run: number, count: number, at: number): Promise<number> {
     this.refunds.push(key)
-    this.refundedAt.push(reservedAt)
+    this.refundedGrants.push([run, count, at])
     return this.refundFails ? Promise.reject(new Error('connection lost')) : Promise.resolve(1)
   }
 }
@@ -71,20 +71,20 @@ t.test('the store loads one script per operation and keys buckets as prefix + na
   t.equal(store.scope, 'shared by all replicas (Redis)')
   const reserving = pace.reserve('reporting')
   t.same(client.reserves.map(c => [c.key, c.perSecond]), [['exchangepace:/token:reporting', 2]])
-  client.reserves[0].resolve([1, 1, '0', 7000])
+  client.reserves[0].resolve([1, 1, '0', 7000, 3, 7500])
   await reserving
 })
 
 t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
   const { client, pace } = setup()
   const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve([1, 1, '0', 7000])
+  client.reserves[0].resolve([1, 1, '0', 7000, 3, 7500])
   const reservation = await reserving
   t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [true, 1, 0])
   reservation.refund()
   reservation.refund()
   t.same(client.refunds, ['exchangepace:/token:reporting'])
-  t.same(client.refundedAt, [7000], 'with the reserve script\'s reading of the clock, for the one-horizon rule')
+  t.same(client.refundedGrants, [[7000, 3, 7500]], 'with the grant the reserve script answered: its run, its number in it, its time')
 })
 
 t.test('a refusal carries Redis\' exact wait and refunds nothing', async t => {
@@ -125,7 +125,7 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
 
   await sleep(40)
   const back = pace.reserve('reporting')
-  client.reserves[2].resolve([1, 1, '0', 7000])
+  client.reserves[2].resolve([1, 1, '0', 7000, 3, 7500])
   t.ok((await back).granted)
   t.notOk(store.unavailable)
   t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'])
@@ -137,10 +137,10 @@ t.test('a Redis slower than timeoutMs does not hold the request; its late grant 
   t.ok(reservation.granted)
   t.equal(local.size, 1, 'the request went the fallback path')
   t.ok(store.unavailable)
-  client.reserves[0].resolve([1, 1, '0', 7000])
+  client.reserves[0].resolve([1, 1, '0', 7000, 3, 7500])
   await sleep(0)
   t.same(client.refunds, ['exchangepace:/token:reporting'], 'the unit Redis granted too late is refunded')
-  t.same(client.refundedAt, [7000])
+  t.same(client.refundedGrants, [[7000, 3, 7500]])
 })
 
 t.test('a late refusal or a late error after the timeout changes nothing', async t => {
@@ -158,7 +158,7 @@ t.test('a refund that cannot reach Redis is logged at debug level and leaves the
   const { client, pace, lines } = setup()
   client.refundFails = true
   const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve([1, 0, '0', 7000])
+  client.reserves[0].resolve([1, 0, '0', 7000, 3, 7500])
   ;(await reserving).refund()
   await sleep(0)
   t.same(lines, [['debug', 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills']])
@@ -194,7 +194,7 @@ t.test('the plugin waits for a shared store and continues with the next pace', a
   const answering = setInterval(() => {
     for (const call of client.reserves.splice(0)) {
       asked.push(call.key)
-      call.resolve([1, 4, '0', 7000])
+      call.resolve([1, 4, '0', 7000, 3, 7500])
     }
   }, 1)
   t.teardown(() => clearInterval(answering))
