@@ -267,7 +267,13 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       if (bound.shared !== null) {
         const held = key
         bound.shared.reserve(key).then(reservation => {
-          if (hold(ticket, first, bound, held, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
+          // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an
+          // unhandled rejection: it fails the request as it does on the in-memory path.
+          try {
+            if (hold(ticket, first, bound, held, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
+          } catch (err) {
+            next(err as Error)
+          }
         }, (err: Error) => {
           ticket._refundFrom(first)
           next(err)

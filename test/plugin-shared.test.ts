@@ -53,3 +53,16 @@ t.test('a store whose reserve rejects: the request fails with 500 and what it to
   t.equal(response.headers.ratelimit, undefined)
   t.equal(app.pace.get('working')!.size, 0, 'the unit the first pace took was refunded, as for a key that throws')
 })
+
+t.test('an errorResponseBuilder that throws fails the request through Fastify\'s error handler on either path, and the process goes on', async t => {
+  for (const [label, store] of [['in memory', undefined], ['asynchronous store', asyncStore()]] as const) {
+    const app = await build(t, { now: () => 0, store, errorResponseBuilder: () => { throw new Error('builder broke') } }, app => {
+      app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, async () => ({ ok: true }))
+    })
+    const responses = []
+    for (let i = 0; i < 3; i++) responses.push(await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'c']) }))
+    t.same(responses.map(r => r.statusCode), [200, 429, 429], `${label}: the status the refusal had set`)
+    t.same(responses[2].json(), { error: 'Too Many Requests' }, `${label}: Fastify's error body, through the route's 429 schema`)
+    t.equal(app.pace.get('/token')!.size, 1, `${label}: the refused requests took nothing`)
+  }
+})
