@@ -187,11 +187,15 @@ class RedisPace implements SharedPace {
     const redisKey = this.#prefix + key
     return new Promise(resolve => {
       let answered = false
-      const timer = setTimeout(() => {
+      // Timers run before the event loop reads sockets: after a stall (a long GC pause, a sweep of a
+      // big table) the timeout fires even when Redis answered in time. The verdict waits for the
+      // reads of this turn of the loop (setImmediate runs after them).
+      const timer = setTimeout(() => setImmediate(() => {
+        if (answered) return
         answered = true
         this.#store._failed(new Error(`no answer within ${this.#store.timeoutMs} ms`), this.#log)
         resolve(this.#unavailable(key))
-      }, this.#store.timeoutMs)
+      }), this.#store.timeoutMs)
       this.#commands.exchangepaceReserve(redisKey, this.#perSecond).then(reply => {
         if (answered) {
           // Too late for its request, which went the unavailable path: give the unit back.

@@ -137,6 +137,21 @@ if ('skip' in connection) {
     await client.del(redisKey('c'))
   })
 
+  t.test('an answer that came while the event loop was stalled past timeoutMs counts: no outage', async t => {
+    const prefix = uniquePrefix('stall')
+    const store = new RedisStore({ client, prefix, timeoutMs: 50 })
+    const pace = store.pace('p', 10, new Pace({ perSecond: 10 }), silent)
+    ;(await pace.reserve('warm')).refund() // loads the script: one round trip from now on
+    const pending = pace.reserve('c')
+    await new Promise(resolve => process.nextTick(resolve)) // the command is written
+    const until = performance.now() + 120
+    while (performance.now() < until) {} // the loop stalls; Redis answers meanwhile
+    const reservation = await pending
+    t.equal(store.unavailable, false)
+    t.ok('grant' in reservation, 'Redis granted it, not the fallback')
+    reservation.refund()
+  })
+
   t.test('refunded strangers leave no keys at all', async t => {
     const { pace, store } = paceOf('strangers', 5)
     const reservations = await Promise.all(Array.from({ length: 500 }, (_, i) => pace.reserve(`random-${i}`)))
