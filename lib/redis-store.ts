@@ -94,6 +94,11 @@ end
 return 1
 `
 
+/** The highest rate the scripts' microticks keep exact (see above), per second. */
+const MAX_RATE = 2 ** 21
+
+const MAX_TIMER_MS = 2 ** 31 - 1
+
 /** The part of an ioredis client (`Redis` or `Cluster`) the store uses. */
 export interface RedisClientLike {
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void
@@ -257,7 +262,8 @@ export class RedisStore implements PaceStore {
       throw new TypeError('exchangepace: RedisStore client must be an ioredis client (Redis or Cluster)')
     }
     if (typeof prefix !== 'string') throw new TypeError(`exchangepace: RedisStore prefix must be a string, got ${typeof prefix}`)
-    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw new TypeError(`exchangepace: RedisStore timeoutMs must be a number > 0, got ${String(timeoutMs)}`)
+    // Node's timers hold at most 2^31 - 1 ms; a longer one fires at once.
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMER_MS) throw new TypeError(`exchangepace: RedisStore timeoutMs must be a number > 0 and <= ${MAX_TIMER_MS}, got ${String(timeoutMs)}`)
     if (!Number.isFinite(retryMs) || retryMs <= 0) throw new TypeError(`exchangepace: RedisStore retryMs must be a number > 0, got ${String(retryMs)}`)
     if (whenUnavailable !== 'fallback' && whenUnavailable !== 'open' && whenUnavailable !== 'closed') {
       throw new TypeError(`exchangepace: RedisStore whenUnavailable must be 'fallback', 'open' or 'closed', got ${String(whenUnavailable)}`)
@@ -273,6 +279,9 @@ export class RedisStore implements PaceStore {
   }
 
   pace (name: string, perSecond: number, local: Pace, log: FastifyBaseLogger): SharedPace {
+    if (perSecond > MAX_RATE) {
+      throw new TypeError(`exchangepace: RedisStore counts rates up to ${MAX_RATE} per second exactly; pace ${JSON.stringify(name)} declares perSecond ${perSecond}`)
+    }
     return new RedisPace(this, this.#commands, `${this.prefix}${name}:`, perSecond, local, log)
   }
 

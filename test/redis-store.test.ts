@@ -58,9 +58,17 @@ t.test('constructor rejects what is not an ioredis client or a valid option, nam
   t.throws(() => new RedisStore({ client: {} as never }), { message: /client must be an ioredis client/ })
   t.throws(() => new RedisStore({ client: null as never }), { message: /client must be an ioredis client/ })
   t.throws(() => new RedisStore({ client, prefix: 5 as never }), { message: 'exchangepace: RedisStore prefix must be a string, got number' })
-  t.throws(() => new RedisStore({ client, timeoutMs: 0 }), { message: 'exchangepace: RedisStore timeoutMs must be a number > 0, got 0' })
+  t.throws(() => new RedisStore({ client, timeoutMs: 0 }), { message: 'exchangepace: RedisStore timeoutMs must be a number > 0 and <= 2147483647, got 0' })
+  t.throws(() => new RedisStore({ client, timeoutMs: 2 ** 31 }), { message: 'exchangepace: RedisStore timeoutMs must be a number > 0 and <= 2147483647, got 2147483648' })
   t.throws(() => new RedisStore({ client, retryMs: Number.NaN }), { message: 'exchangepace: RedisStore retryMs must be a number > 0, got NaN' })
   t.throws(() => new RedisStore({ client, whenUnavailable: 'maybe' as never }), { message: /whenUnavailable must be 'fallback', 'open' or 'closed', got maybe/ })
+})
+
+t.test('a pace above the rate the scripts count exactly is refused when its route is added, naming it', async t => {
+  const { store, local } = setup()
+  const log = recordingLog().log
+  t.throws(() => store.pace('/token', 2 ** 21 + 1, local, log), { name: 'TypeError', message: 'exchangepace: RedisStore counts rates up to 2097152 per second exactly; pace "/token" declares perSecond 2097153' })
+  t.doesNotThrow(() => store.pace('/token', 2 ** 21, local, log))
 })
 
 t.test('the store loads one script per operation and keys buckets as prefix + name + ":" + key', async t => {
