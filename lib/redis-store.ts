@@ -31,8 +31,9 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
 
 /**
  * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
- * key whose time has come (or no key) is a full bucket, and a grant on it begins a new run. The
- * reply carries the run, the grant's number in it and its time, for the refund.
+ * key whose time has come (or no key) is a full bucket, and a grant on it begins a new run, so the
+ * rest of the row is read only when the run goes on. The reply carries the run, the grant's number
+ * in it and its time, for the refund.
  */
 const RESERVE = `${CLOCK}
 local row = redis.call('GET', KEYS[1])
@@ -41,9 +42,10 @@ local after = 1000000
 local run = at
 local count = 1
 if row then
-  local full, since, grants = string.match(row, '^(%d+):(%d+):(%d+):')
-  local spent = (full - now) % wrap
+  local colon = string.find(row, ':', 1, true)
+  local spent = (string.sub(row, 1, colon - 1) - now) % wrap
   if spent > 0 and spent <= wrap / 2 then
+    local since, grants = string.match(row, '^(%d+):(%d+):', colon + 1)
     after = math.min(spent, 1000000 * rate) + 1000000
     run = tonumber(since)
     count = grants + 1
