@@ -136,7 +136,7 @@ export class Pace {
     const perSecond = this.perSecond
     const now = this.#now() * perSecond
     const table = this.#table
-    if (table.size >= this.#sweepAtSize || now - this.#sweptAt >= this.#capacity) this.#sweep(now)
+    this.#sweepIfDue(now)
 
     const slot = table.slot(key)
     // A row whose time has come is a full bucket: a grant on it begins a new run.
@@ -187,6 +187,20 @@ export class Pace {
     const left = Math.min(full - UNIT + (last - at), Math.max(full - UNIT, Math.min(full, last + later * UNIT)))
     if (left <= last + SLACK) table.remove(key, slot)
     else if (left < full) table.write(slot, left)
+  }
+
+  /**
+   * Deletes the rows that refill has made full when a sweep is due, by the rule `reserve` follows.
+   * For a pace that requests have stopped reserving from, such as a shared store's fallback once
+   * the store answers again, whose rows would otherwise stay until its next reserve.
+   */
+  tidy (): void {
+    this.#sweepIfDue(this.#now() * this.perSecond)
+  }
+
+  /** Sweeps when the table has doubled since the last sweep or one horizon has passed since it. */
+  #sweepIfDue (now: number): void {
+    if (this.#table.size >= this.#sweepAtSize || now - this.#sweptAt >= this.#capacity) this.#sweep(now)
   }
 
   /** Deletes the rows that refill has made full. Requires `now` in scaled time. */

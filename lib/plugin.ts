@@ -135,7 +135,7 @@ function paceSentence (rules: readonly PaceRule[], store: PaceStore | undefined)
   const parts = rules.map(rule => `${rule.perSecond} requests per second per ${keyDescription(rule)}` +
     (rule.spend === 'accepted' ? ' (rejected exchanges are refunded)' : ' (every request counts)'))
   const holds = store === undefined
-    ? 'Each rate is per replica: N replicas admit up to N times it.'
+    ? `Each rate is ${PER_REPLICA}: N replicas admit up to N times it.`
     : `Each rate is ${store.scope}; while the store is unavailable, ${store.outage}.`
   return `Paced by exchangepace: ${parts.join('; ')}. ${holds}`
 }

@@ -167,8 +167,10 @@ class RedisReservation implements PaceReservation {
   }
 }
 
-const REFUSED_BY_REDIS = (retryAfterMs: number): PaceReservation =>
-  ({ granted: false, remaining: 0, retryAfterMs, refund () {} })
+/** A refusal Redis answered: nothing was taken, so there is nothing to give back. */
+function refusedByRedis (retryAfterMs: number): PaceReservation {
+  return { granted: false, remaining: 0, retryAfterMs, refund () {} }
+}
 
 class RedisPace implements SharedPace {
   readonly #store: RedisStore
@@ -178,6 +180,8 @@ class RedisPace implements SharedPace {
   readonly #local: Pace
   readonly #log: FastifyBaseLogger
   readonly #closed: PaceReservation
+  /** Units were reserved from the fallback pace, and it may still hold rows. */
+  #fellBack = false
 
   constructor (store: RedisStore, commands: PaceCommands, prefix: string, perSecond: number, local: Pace, log: FastifyBaseLogger) {
     this.#store = store
@@ -212,7 +216,8 @@ class RedisPace implements SharedPace {
         answered = true
         clearTimeout(timer)
         this.#store._answered(this.#log)
-        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], [reply[3], reply[4], reply[5]]) : REFUSED_BY_REDIS(Number(reply[2])))
+        if (this.#fellBack) this.#tidyFallback()
+        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], [reply[3], reply[4], reply[5]]) : refusedByRedis(Number(reply[2])))
       }, (err: Error) => {
         if (answered) return
         answered = true
@@ -234,8 +239,20 @@ class RedisPace implements SharedPace {
 
   #unavailable (key: string): PaceReservation {
     const mode = this.#store.whenUnavailable
-    if (mode === 'fallback') return this.#local.reserve(key)
+    if (mode === 'fallback') {
+      this.#fellBack = true
+      return this.#local.reserve(key)
+    }
     return mode === 'open' ? OPEN : this.#closed
+  }
+
+  /**
+   * After an outage the fallback pace is no longer reserved from, so nothing would sweep its rows:
+   * each answer from Redis tidies it (a sweep when one is due) until it holds none.
+   */
+  #tidyFallback (): void {
+    this.#local.tidy()
+    this.#fellBack = this.#local.size > 0
   }
 }
 

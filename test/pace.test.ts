@@ -409,6 +409,18 @@ t.test('the sweep', async t => {
     t.equal(pace.size, 2) // a removed; b and c stay
   })
 
+  t.test('tidy sweeps by the same rule without reserving', async t => {
+    const { pace, clock } = paceAt(10)
+    pace.reserve('a') // t0: full again at 100 ms
+    pace.reserve('b')
+    clock.ms = 999 // t1
+    pace.tidy()
+    t.equal(pace.size, 2, 'no sweep due: less than a horizon, and the table has not doubled')
+    clock.ms = 1000 // t2: one horizon after the pace began
+    pace.tidy()
+    t.equal(pace.size, 0)
+  })
+
   t.test('removes only rows whose bucket is full', async t => {
     const { pace, clock } = paceAt(10)
     drain(pace, 'empty') // t0: full again at 1000 ms

@@ -139,6 +139,28 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
   t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'])
 })
 
+t.test('after an outage, answers from Redis sweep the fallback\'s rows once they have refilled', async t => {
+  const { client, local, pace, tick } = setup({ retryMs: 1 })
+  const first = pace.reserve('reporting')
+  client.reserves[0].reject(new Error('ECONNREFUSED'))
+  t.ok((await first).granted)
+  t.equal(local.size, 1, 'a row in memory from the outage')
+  await sleep(5)
+  const back = pace.reserve('other')
+  client.reserves[1].resolve([1, 1, '0', 7000, 1, 7000])
+  await back
+  t.equal(local.size, 1, 'Redis answers again; the row has not refilled yet')
+  tick(1000) // one horizon: the row's bucket is full again
+  const later = pace.reserve('other')
+  client.reserves[2].resolve([1, 0, '0', 7000, 2, 7100])
+  await later
+  t.equal(local.size, 0, 'swept, with no request reserving from the fallback')
+  const after = pace.reserve('other')
+  client.reserves[3].resolve([1, 0, '0', 7000, 3, 7200])
+  await after
+  t.equal(local.size, 0)
+})
+
 t.test('a Redis slower than timeoutMs does not hold the request; its late grant is given back', async t => {
   const { client, store, local, pace } = setup()
   const reservation = await pace.reserve('reporting')
