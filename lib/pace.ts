@@ -139,9 +139,10 @@ export class Pace {
     this.#sweepIfDue(now)
 
     const slot = table.slot(key)
+    const stored = slot === -1 ? now : table.read(slot)
     // A row whose time has come is a full bucket: a grant on it begins a new run.
-    const running = slot !== -1 && table.read(slot) > now
-    const after = (running ? table.read(slot) : now) + UNIT
+    const running = stored > now
+    const after = (running ? stored : now) + UNIT
     const shortfall = after - now - this.#capacity
     if (shortfall > SLACK) {
       return new Reservation(null, key, 0, 0, now, false, 0, shortfall / perSecond)

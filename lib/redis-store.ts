@@ -107,10 +107,16 @@ export interface RedisClientLike {
 }
 
 /** The reserve script's reply: granted with the units left and the grant (its run, its number in it, its time), or refused with the wait in ms. */
-type ReserveReply = [granted: 1, remaining: number, wait: '0', run: number, count: number, at: number] | [refused: 0, remaining: 0, wait: string]
+type ReserveReply = GrantedReply | [refused: 0, remaining: 0, wait: string]
+type GrantedReply = [granted: 1, remaining: number, wait: '0', run: number, count: number, at: number]
 
 /** A grant as the scripts identify it: the run's start, the grant's number in the run, its time. */
 type Grant = readonly [run: number, count: number, at: number]
+
+/** The grant a granting reply names. */
+function grantOf (reply: GrantedReply): Grant {
+  return [reply[3], reply[4], reply[5]]
+}
 
 /** The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). */
 interface PaceCommands {
@@ -210,14 +216,14 @@ class RedisPace implements SharedPace {
       this.#commands.exchangepaceReserve(redisKey, this.#perSecond).then(reply => {
         if (answered) {
           // Too late for its request, which went the unavailable path: give the unit back.
-          if (reply[0] === 1) this.giveBack(redisKey, [reply[3], reply[4], reply[5]])
+          if (reply[0] === 1) this.giveBack(redisKey, grantOf(reply))
           return
         }
         answered = true
         clearTimeout(timer)
         this.#store._answered(this.#log)
         if (this.#fellBack) this.#tidyFallback()
-        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], [reply[3], reply[4], reply[5]]) : refusedByRedis(Number(reply[2])))
+        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], grantOf(reply)) : refusedByRedis(Number(reply[2])))
       }, (err: Error) => {
         if (answered) return
         answered = true
