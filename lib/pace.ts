@@ -166,8 +166,10 @@ export class Pace {
    * is bounded from above twice, and the row moves to the lower bound, so never below either time:
    * - the run's latest grant (nothing counted after it) has nothing after it: one unit back, and
    *   the count goes back by one so that the grants before it count one grant fewer after them;
-   * - the n grants counted after it came by `last`, so they hold the row at most at `last` + n
-   *   units;
+   * - the n grants counted after it and still kept came by `last`, so they hold the row at most
+   *   at `last` + n units. A refunded grant is kept no more: each refund marks its grant in the
+   *   row, which remembers the marks of the run's 32 latest grants (an older refunded grant
+   *   counts as kept, which only gives back less);
    * - the row was at least one unit past `at` after this grant, and each later grant added a unit
    *   to both, so the later grants alone hold it at most `last - at` above one unit earlier.
    * A row left at or before the latest grant's time is full: it goes. No clock is read; a row a
@@ -185,9 +187,11 @@ export class Pace {
       else table.remove(key, slot)
       return
     }
-    const left = Math.min(full - UNIT + (last - at), Math.max(full - UNIT, Math.min(full, last + later * UNIT)))
-    if (left <= last + SLACK) table.remove(key, slot)
-    else if (left < full) table.write(slot, left)
+    const keptLater = later - table.markedWithin(slot, later)
+    const left = Math.min(full - UNIT + (last - at), Math.max(full - UNIT, Math.min(full, last + keptLater * UNIT)))
+    if (left <= last + SLACK) return table.remove(key, slot)
+    if (left < full) table.write(slot, left)
+    table.mark(slot, later)
   }
 
   /**

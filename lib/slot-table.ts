@@ -1,7 +1,8 @@
 /**
  * A map from string keys to a small fixed record each, built so that updating a key's record
  * allocates nothing. A record is a number (what `removeAtMost` compares), a stamp set when the
- * record starts, a count, and the time of the latest count.
+ * record starts, a count, the time of the latest count, and which of the 32 latest counts are
+ * marked.
  *
  * A `Map<string, number>` holding arbitrary doubles boxes every stored value in a fresh heap number
  * on each `set`, which on the pace's hot path costs about as much as the lookup itself. Here the Map
@@ -26,6 +27,8 @@ export class SlotTable {
   #stamps = new Float64Array(SlotTable.MIN_SLOTS)
   #lasts = new Float64Array(SlotTable.MIN_SLOTS)
   #counts = new Int32Array(SlotTable.MIN_SLOTS)
+  /** Bit i set: the count i before the latest is marked. Counts further back read as unmarked. */
+  #marks = new Int32Array(SlotTable.MIN_SLOTS)
   /** The first slot of the free list, or -1. */
   #freeHead = -1
   #nextUnused = 0
@@ -71,27 +74,43 @@ export class SlotTable {
     return this.#lasts[slot]
   }
 
-  /** Stores `value`, adds one to the count, notes `at` as the time of it, and returns the new count. */
+  /** Stores `value`, adds one (unmarked) to the count, notes `at` as the time of it, and returns the new count. */
   addCount (slot: number, value: number, at: number): number {
     const count = (this.#counts[slot] + 1) | 0
     this.#values[slot] = value
     this.#counts[slot] = count
     this.#lasts[slot] = at
+    this.#marks[slot] <<= 1
     return count
   }
 
-  /** Stores `value` and takes one from the count. */
+  /** Stores `value` and takes the latest (unmarked) count away. */
   uncount (slot: number, value: number): void {
     this.#values[slot] = value
     this.#counts[slot] = (this.#counts[slot] - 1) | 0
+    this.#marks[slot] >>>= 1
   }
 
-  /** Starts a live slot's record afresh: `value`, a count of 1, and `stamp` as its stamp and as the time of that count. */
+  /** Marks the count `back` counts before the latest (0: the latest); beyond the 32 latest, nothing is kept. */
+  mark (slot: number, back: number): void {
+    if (back < 32) this.#marks[slot] |= 1 << back
+  }
+
+  /** How many of the `within` latest counts are marked (of the 32 latest at most). */
+  markedWithin (slot: number, within: number): number {
+    let bits = within >= 32 ? this.#marks[slot] : this.#marks[slot] & ((1 << within) - 1)
+    bits -= (bits >>> 1) & 0x55555555
+    bits = (bits & 0x33333333) + ((bits >>> 2) & 0x33333333)
+    return Math.imul((bits + (bits >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24
+  }
+
+  /** Starts a live slot's record afresh: `value`, a count of 1 (unmarked), and `stamp` as its stamp and as the time of that count. */
   restart (slot: number, value: number, stamp: number): void {
     this.#values[slot] = value
     this.#stamps[slot] = stamp
     this.#lasts[slot] = stamp
     this.#counts[slot] = 1
+    this.#marks[slot] = 0
   }
 
   /** Adds `key` (which must not be present) with the record `restart` starts. */
@@ -138,18 +157,21 @@ export class SlotTable {
     const stamps = new Float64Array(length)
     const lasts = new Float64Array(length)
     const counts = new Int32Array(length)
+    const marks = new Int32Array(length)
     let next = 0
     for (const [key, slot] of this.#slotOf) {
       values[next] = this.#values[slot]
       stamps[next] = this.#stamps[slot]
       lasts[next] = this.#lasts[slot]
       counts[next] = this.#counts[slot]
+      marks[next] = this.#marks[slot]
       this.#slotOf.set(key, next++)
     }
     this.#values = values
     this.#stamps = stamps
     this.#lasts = lasts
     this.#counts = counts
+    this.#marks = marks
     this.#freeHead = -1
     this.#nextUnused = next
   }

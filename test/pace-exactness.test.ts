@@ -15,9 +15,10 @@ class ExactBucket {
   readonly #capacity: bigint
   /**
    * Per key whose bucket is not full: steps held, the run it is in (a grant on a full bucket
-   * begins one), the grants counted in that run, and when the latest came (ms).
+   * begins one), the grants counted in that run, when the latest came (ms), and the numbers of the
+   * run's grants that were refunded.
    */
-  readonly #rows = new Map<string, { level: bigint, run: number, count: number, last: number }>()
+  readonly #rows = new Map<string, { level: bigint, run: number, count: number, last: number, refunded: Set<number> }>()
   #runs = 0
   #ms = 0
 
@@ -42,10 +43,11 @@ class ExactBucket {
    * granted, the run, the grant's number in it and its time, for `refund`.
    */
   reserve (key: string): { granted: boolean, remaining: number, waitSteps: bigint, run: number, count: number, at: number } {
-    const row = this.#rows.get(key) ?? { level: this.#capacity, run: ++this.#runs, count: 0, last: 0 }
+    const row = this.#rows.get(key) ?? { level: this.#capacity, run: ++this.#runs, count: 0, last: 0, refunded: new Set<number>() }
     if (row.level < this.#unit) return { granted: false, remaining: 0, waitSteps: this.#unit - row.level, run: 0, count: 0, at: 0 }
     row.level -= this.#unit
     row.count++
+    row.refunded.delete(row.count - 32) // out of the 32 latest: forgotten, even if an uncount brings it back
     row.last = this.#ms
     this.#rows.set(key, row)
     return { granted: true, remaining: Number(row.level / this.#unit), waitSteps: 0n, run: row.run, count: row.count, at: this.#ms }
@@ -57,7 +59,8 @@ class ExactBucket {
    * shortfall): nothing once the run is over; the run's latest grant gives its unit and uncounts;
    * any other moves the row to the lowest of one unit earlier plus the time from it to the latest
    * grant, and the later of one unit earlier and the latest grant's time plus one unit per grant
-   * counted after it.
+   * counted after it and not refunded (a refund is remembered while its grant is among the run's
+   * 32 latest; an older one counts as not refunded).
    */
   refund (key: string, run: number, count: number, at: number): void {
     const row = this.#rows.get(key)
@@ -72,8 +75,11 @@ class ExactBucket {
       left = full - this.#unit
       row.count--
     } else {
+      let keptLater = row.count - count
+      for (const number of row.refunded) if (number > count) keptLater--
       left = min(full, full - this.#unit + last - BigInt(at) * this.#p)
-      left = min(left, max(full - this.#unit, min(full, last + BigInt(row.count - count) * this.#unit)))
+      left = min(left, max(full - this.#unit, min(full, last + BigInt(keptLater) * this.#unit)))
+      if (row.count - count < 32) row.refunded.add(count)
     }
     if (left <= now) this.#rows.delete(key)
     else row.level = this.#capacity - (left - now)
@@ -159,6 +165,24 @@ t.test('reserve, refund and refill match exact arithmetic over long random seque
       replay(r, 0, operations)
     }),
     { seed: 0x5eed, numRuns: 400 }
+  ))
+})
+
+/** Operations for runs longer than the 32 grants whose refunds a row remembers: short advances at fast rates. */
+const longRunOperation: fc.Arbitrary<Operation> = fc.oneof(
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 30 }) }) },
+  { weight: 6, arbitrary: fc.record({ op: fc.constant('reserve' as const), key: fc.integer({ min: 0, max: 1 }) }) },
+  { weight: 4, arbitrary: fc.record({ op: fc.constant('refund' as const), index: fc.nat() }) }
+)
+
+t.test('the match holds in runs longer than the 32 grants whose refunds a row remembers', async t => {
+  const fastRate = fc.integer({ min: 1, max: 3 }).chain(q =>
+    fc.integer({ min: 40 * q, max: 80 * q }).map(p => ({ p, q })))
+  t.doesNotThrow(() => fc.assert(
+    fc.property(fastRate, fc.array(longRunOperation, { minLength: 200, maxLength: 600 }), (r, operations) => {
+      replay(r, 0, operations)
+    }),
+    { seed: 0x5eed, numRuns: 200 }
   ))
 })
 

@@ -353,6 +353,19 @@ t.test('refund', async t => {
     t.equal(pace.reserve('k').granted, true)
   })
 
+  t.test('a later grant that was refunded no longer holds back an earlier refund', async t => {
+    const { pace, clock } = paceAt(10)
+    pace.reserve('k')
+    pace.reserve('k')
+    const stranger = pace.reserve('k') // t0: 7 left
+    clock.ms = 200 // t1: 9 left
+    const [second, third] = [pace.reserve('k'), pace.reserve('k'), pace.reserve('k')] // 6 left
+    second.refund()
+    third.refund() // 8 left: one grant after the stranger is still kept
+    stranger.refund() // 9: as if the three strangers had never come
+    t.equal(drain(pace, 'k'), 9, 'counting the two refunded grants as kept would leave 8')
+  })
+
   t.test('a refund with later spends on a deep bucket gives the whole unit back', async t => {
     const { pace, clock } = paceAt(10)
     pace.reserve('k')

@@ -141,16 +141,48 @@ t.test('a record holds a stamp, a count and the time of the latest count beside 
   t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [40, 9, 1, 9])
 })
 
+t.test('marks follow their counts: addCount moves them back, uncount forward, restart clears them', async t => {
+  const table = new SlotTable()
+  table.insert('a', 0, 0)
+  const slot = table.slot('a')
+  for (let i = 0; i < 4; i++) table.addCount(slot, 0, i) // count 5
+  table.mark(slot, 1) // count 4
+  table.mark(slot, 3) // count 2
+  t.same([1, 2, 3, 4, 5].map(within => table.markedWithin(slot, within)), [0, 1, 1, 2, 2])
+  t.equal(table.markedWithin(slot, 0), 0)
+  table.addCount(slot, 0, 5) // count 6: counts 4 and 2 are now 2 and 4 back
+  t.same([table.markedWithin(slot, 2), table.markedWithin(slot, 3), table.markedWithin(slot, 5)], [0, 1, 2])
+  table.uncount(slot, 0) // count 5 again
+  t.same([table.markedWithin(slot, 1), table.markedWithin(slot, 2), table.markedWithin(slot, 4)], [0, 1, 2])
+  table.restart(slot, 0, 9)
+  t.equal(table.markedWithin(slot, 32), 0)
+})
+
+t.test('marks are kept for the 32 latest counts only', async t => {
+  const table = new SlotTable()
+  table.insert('a', 0, 0)
+  const slot = table.slot('a')
+  for (let i = 0; i < 40; i++) table.addCount(slot, 0, i) // count 41
+  for (let back = 0; back < 40; back++) table.mark(slot, back) // 32 and beyond: not kept
+  t.same([table.markedWithin(slot, 31), table.markedWithin(slot, 32), table.markedWithin(slot, 40)], [31, 32, 32])
+  table.addCount(slot, 0, 40)
+  t.equal(table.markedWithin(slot, 41), 31, 'the count 31 back moved out of the 32')
+  table.uncount(slot, 0)
+  t.equal(table.markedWithin(slot, 40), 31, 'and stays forgotten when the count comes back within them')
+})
+
 t.test('growing and shrinking move whole records', async t => {
   const table = new SlotTable()
   for (let i = 0; i < 40; i++) {
     table.insert(`k${i}`, i, 100 + i)
     table.addCount(table.slot(`k${i}`), i, 200 + i)
+    table.mark(table.slot(`k${i}`), i % 2)
   }
   table.removeAtMost(29) // 10 live of 64: shrunk
   t.equal(table.capacity, 20)
   const slot = table.slot('k35')
   t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [35, 135, 2, 235])
+  t.same([table.markedWithin(slot, 1), table.markedWithin(slot, 2)], [0, 1], 'k35 marked the count before its latest')
 })
 
 t.test('removeAtMost removes every key whose value is at most the limit', async t => {
