@@ -4,8 +4,9 @@ import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 /**
  * The pace in Redis, with the in-process Pace's semantics. A key holds one row, as text
- * `full:run:count:last`: the Redis TIME at which the bucket is full again, and for refunds (as in
- * `Pace`) when the run of spending began, the grants counted in it and when the latest came. No
+ * `full:run:count:last:marks`: the Redis TIME at which the bucket is full again, and for refunds
+ * (as in `Pace`) when the run of spending began, the grants counted in it, when the latest came,
+ * and which of the 32 latest were refunded (bit i: the grant i before the latest). No
  * key means a full bucket, and every write sets the key to expire at the moment it is full again
  * (PX), so Redis holds only the keys that spent within the last second. Each operation is one
  * script on one key: atomic on the server, no read-then-write from Node, and valid on Redis
@@ -33,7 +34,8 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
  * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
  * key whose time has come (or no key) is a full bucket, and a grant on it begins a new run, so the
  * rest of the row is read only when the run goes on. The reply carries the run, the grant's number
- * in it and its time, for the refund.
+ * in it and its time, for the refund. A row without marks (written by a version before them) reads
+ * as none refunded; the refund script leaves such a row alone.
  */
 const RESERVE = `${CLOCK}
 local row = redis.call('GET', KEYS[1])
@@ -41,21 +43,23 @@ local at = math.floor(now + 0.5) % wrap
 local after = 1000000
 local run = at
 local count = 1
+local marks = 0
 if row then
   local colon = string.find(row, ':', 1, true)
   local spent = (string.sub(row, 1, colon - 1) - now) % wrap
   if spent > 0 and spent <= wrap / 2 then
-    local since, grants = string.match(row, '^(%d+):(%d+):', colon + 1)
+    local since, grants, refunded = string.match(row, '^(%d+):(%d+):%d+:?(%d*)', colon + 1)
     after = math.min(spent, 1000000 * rate) + 1000000
     run = tonumber(since)
     count = grants + 1
+    if refunded ~= '' then marks = refunded * 2 % 4294967296 end
   end
 end
 local shortfall = after - 1000000 * rate
 if shortfall > 0.5 then
   return {0, 0, tostring(shortfall / rate / 1000)}
 end
-redis.call('SET', KEYS[1], string.format('%d:%d:%d:%d', math.floor(now + after + 0.5) % wrap, run, count, at), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
+redis.call('SET', KEYS[1], string.format('%d:%d:%d:%d:%d', math.floor(now + after + 0.5) % wrap, run, count, at, marks), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
 return {1, math.floor((0.5 - shortfall) / 1000000), '0', run, count, at}
 `
 
@@ -63,14 +67,15 @@ return {1, math.floor((0.5 - shortfall) / 1000000), '0', run, count, at}
  * Gives back grant number ARGV[3] of the run that began at ARGV[2], made at ARGV[4], by
  * `Pace._giveBack`'s rule, counted from the latest grant (`ahead`: how far the stored time is past
  * it): nothing once the run is over; the run's latest grant gives its unit and uncounts; any other
- * gives what the later grants leave room for. A key left at or before the latest grant is full
- * and goes without a reading of the clock (a stranger's rejected exchange); one that stays is
+ * gives what the later grants still kept leave room for, and is marked refunded. A key left at or
+ * before the latest grant is full and goes without a reading of the clock (a stranger's rejected
+ * exchange); one whose time stays keeps its expiry (only the mark changes); one that moves is
  * written with the expiry its new time calls for.
  */
 const REFUND = `
 local row = redis.call('GET', KEYS[1])
 if not row then return 0 end
-local full, since, grants, last = string.match(row, '^(%d+):(%d+):(%d+):(%d+)$')
+local full, since, grants, last, marks = string.match(row, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
 if since ~= ARGV[2] then return 0 end
 local span = 4294967296 * ARGV[1]
 local ahead = (full - last) % span
@@ -78,20 +83,31 @@ local left
 if grants == ARGV[3] then
   left = ahead - 1000000
   grants = grants - 1
+  marks = math.floor(marks / 2)
 else
-  left = math.min(ahead - 1000000 + (last - ARGV[4]) % span, math.max(ahead - 1000000, math.min(ahead, (grants - ARGV[3]) * 1000000)))
+  local later = grants - ARGV[3]
+  local bits = bit.tobit(marks)
+  if later < 32 then bits = bit.band(bits, bit.lshift(1, later) - 1) end
+  bits = bits - bit.band(bit.rshift(bits, 1), 0x55555555)
+  bits = bit.band(bits, 0x33333333) + bit.band(bit.rshift(bits, 2), 0x33333333)
+  bits = bit.rshift(bit.band(bits + bit.rshift(bits, 4), 0x0f0f0f0f) * 0x01010101, 24)
+  left = math.min(ahead - 1000000 + (last - ARGV[4]) % span, math.max(ahead - 1000000, math.min(ahead, (later - bits) * 1000000)))
+  if later < 32 then marks = marks + 2 ^ later end
 end
 if left <= 0.5 then
   redis.call('DEL', KEYS[1])
   return 1
 end
-if left >= ahead then return 1 end
+if left >= ahead then
+  redis.call('SET', KEYS[1], string.format('%s:%s:%d:%s:%d', full, since, grants, last, marks), 'KEEPTTL')
+  return 1
+end
 ${CLOCK}
 local spent = (last + left - now) % wrap
 if spent == 0 or spent > wrap / 2 then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], string.format('%d:%s:%d:%s', (last + left) % wrap, since, grants, last), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
+  redis.call('SET', KEYS[1], string.format('%d:%s:%d:%s:%d', (last + left) % wrap, since, grants, last, marks), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
 end
 return 1
 `

@@ -113,24 +113,51 @@ if ('skip' in connection) {
     const key = redisKey('c')
     const { now, wrap } = await microticksNow(10)
     const run = (now - 5 * UNIT + wrap) % wrap
-    // 14 grants, the latest now; the row 9 units ahead of it.
-    const row = `${(now + 9 * UNIT) % wrap}:${run}:14:${now}`
-    await client.set(key, row, 'PX', 5000)
+    // 14 grants, the latest now; the row 9 units ahead of it; none refunded.
+    const full = (now + 9 * UNIT) % wrap
+    await client.set(key, `${full}:${run}:14:${now}:0`, 'PX', 5000)
     t.equal(await refund(key, 10, run, 5, run), 1)
-    t.equal(await client.get(key), row, 'the nine grants after the 5th hold the row where it is')
+    t.equal(await client.get(key), `${full}:${run}:14:${now}:${2 ** 9}`, 'the nine grants after the 5th hold the row where it is; the 5th is marked refunded')
+    t.ok(await client.pttl(key) > 4000, 'a row whose time stays keeps its expiry')
     t.equal(await refund(key, 10, run, 13, now), 1)
-    t.equal(await client.get(key), `${(now + 8 * UNIT) % wrap}:${run}:14:${now}`, 'one grant after the 13th, at the same moment: one unit back')
+    t.equal(await client.get(key), `${(now + 8 * UNIT) % wrap}:${run}:14:${now}:${2 ** 9 + 2}`, 'one grant after the 13th, at the same moment: one unit back')
     t.equal(await refund(key, 10, run, 14, now), 1)
-    t.equal(await client.get(key), `${(now + 7 * UNIT) % wrap}:${run}:13:${now}`, 'the latest grant: one unit back, one grant fewer counted')
+    t.equal(await client.get(key), `${(now + 7 * UNIT) % wrap}:${run}:13:${now}:${2 ** 8 + 1}`, 'the latest grant: one unit back, one grant fewer counted, the marks one grant nearer')
     const ttl = await client.pttl(key)
     t.ok(ttl > 0 && ttl <= 700, `the key expires when the bucket is full again; PTTL was ${ttl}`)
+    await client.del(key)
+  })
+
+  t.test('a later grant that was refunded no longer holds back an earlier refund', async t => {
+    const { redisKey } = paceOf('marked', 10)
+    const key = redisKey('c')
+    const { now, wrap } = await microticksNow(10)
+    const run = (now - 5 * UNIT + wrap) % wrap
+    // 14 grants, the latest now, the 12th and 13th refunded; the row 3 units ahead.
+    await client.set(key, `${(now + 3 * UNIT) % wrap}:${run}:14:${now}:${0b110}`, 'PX', 5000)
+    t.equal(await refund(key, 10, run, 11, run), 1)
+    t.equal(await client.get(key), `${(now + 2 * UNIT) % wrap}:${run}:14:${now}:${0b1110}`, 'only the 14th holds it: one unit back (three later grants counted as kept would give none)')
+    await client.del(key)
+  })
+
+  t.test('a row written before refunds were marked is read as none refunded, and a refund leaves it alone', async t => {
+    const { pace, redisKey } = paceOf('unmarked', 10)
+    const key = redisKey('c')
+    const { now, wrap } = await microticksNow(10)
+    const row = `${(now + 2 * UNIT) % wrap}:${now}:2:${now}`
+    await client.set(key, row, 'PX', 5000)
+    t.equal(await refund(key, 10, now, 1, now), 0)
+    t.equal(await client.get(key), row)
+    const reservation = await pace.reserve('c')
+    t.same([reservation.granted, grantOf(reservation)[0], grantOf(reservation)[1]], [true, now, 3], 'the run goes on: its third grant')
+    t.match(await client.get(key), new RegExp(`^\\d+:${now}:3:\\d+:0$`), 'written back with no marks')
     await client.del(key)
   })
 
   t.test('a stored time more than one bucket ahead (Redis\'s clock stepped back) counts as one bucket', async t => {
     const { pace, redisKey } = paceOf('stepped', 10)
     const { now, wrap } = await microticksNow(10)
-    await client.set(redisKey('c'), `${(now + 30 * UNIT) % wrap}:${now}:1:${now}`, 'PX', 5000)
+    await client.set(redisKey('c'), `${(now + 30 * UNIT) % wrap}:${now}:1:${now}:0`, 'PX', 5000)
     const refused = await pace.reserve('c')
     t.equal(refused.granted, false)
     t.ok(refused.retryAfterMs <= 100, `one unit's wait at most, not three seconds: ${refused.retryAfterMs} ms`)
