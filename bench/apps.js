@@ -91,8 +91,10 @@ function redisClient (app) {
 /**
  * A Fastify instance serving the token routes for `kind`. `now` is exchangepace's clock (tests of
  * fidelity inject one); @fastify/rate-limit reads Date.now, which the caller may replace.
+ * `verifying(body)`, when given, is awaited by the handler before it checks the secret: the time
+ * client authentication takes, which a simulation decides.
  */
-export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond = 1, now, logger = false } = {}) {
+export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond = 1, now, logger = false, verifying } = {}) {
   if (!KINDS.includes(kind)) throw new TypeError(`bench: kind must be one of ${KINDS.join(', ')}, got ${kind}`)
   const app = Fastify({ logger })
   await app.register(formbody)
@@ -120,7 +122,13 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
         keyGenerator: request => request.body?.client_id ?? request.ip
       }
     }
-    app.post(url, options, token)
+    app.post(url, options, verifying === undefined
+      ? token
+      : async (request, reply) => {
+        await verifying(request.body)
+        token(request, reply)
+        return reply
+      })
   }
   route('/token', perSecond)
   route('/token-tight', tightPerSecond)

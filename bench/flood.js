@@ -8,17 +8,28 @@
 // rate x (1 + seconds) for the victim's id over the run; admitted-over-rate is what it let through
 // beyond that. Also: the rows each limiter holds at the end.
 //
+// Then the borrowed name: can strangers naming the victim's client id exhaust its pace? The victim
+// sends at a steady rate below its pace while strangers send its client id with wrong secrets (a
+// Poisson stream, seeded), and checking each secret takes 30 to 70 ms of simulated time, during
+// which the stranger's unit is held (the handler awaits the check; exchangepace then refunds it).
+// Reported: the victim's requests refused. Beside the two limiters, the same arrivals go through a
+// reference that replays every grant still kept (the victim's, and the strangers' still being
+// checked) in exact order: it admits a request exactly when the kept grants and this one fit the
+// bucket, which is the most any limiter can admit while it keeps the rate whatever the pending
+// checks conclude. Units held by strangers under check count there too, so under a heavy flood it
+// refuses the victim as well.
+//
 // Run alone: node bench/flood.js [--quick|--smoke] [--out DIR]
 
-import { CLIENT_ID, CLIENT_SECRET, tokenBody } from './apps.js'
+import { CLIENT_ID, CLIENT_SECRET, FORM, tokenBody } from './apps.js'
 import { byMode, log, parseOptions, random, table, writeResult } from './common.js'
 import { simulate, simulatedClock } from './simulated.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
-  full: { ticks: 20 },
-  quick: { ticks: 10 },
-  smoke: { ticks: 2 }
+  full: { ticks: 20, borrowedSeconds: 60, borrowedCases: [[8, 50], [8, 100], [10, 100], [8, 200]] },
+  quick: { ticks: 10, borrowedSeconds: 20, borrowedCases: [[8, 100], [10, 100]] },
+  smoke: { ticks: 2, borrowedSeconds: 1, borrowedCases: [[8, 100]] }
 })
 const RATE = 10
 const TICK_MS = 100
@@ -68,6 +79,120 @@ async function flood (kind) {
   })
 }
 
+/** Inserts `item` into `list`, kept sorted by `item[field]`, after any equal ones. */
+function insertSorted (list, item, field) {
+  const after = list.findIndex(other => other[field] > item[field])
+  list.splice(after === -1 ? list.length : after, 0, item)
+}
+
+/** How long checking a wrong secret takes, in simulated ms: from CHECK_MS[0] to CHECK_MS[1]. */
+const CHECK_MS = [30, 70]
+
+/**
+ * The arrivals of one borrowed-name case over `seconds`: the victim every 1000 / clientPerSecond ms
+ * (from 5 ms), strangers as a Poisson stream of `strangersPerSecond`, each with the time its check
+ * takes. Sorted by time; the victim first at a tie.
+ */
+function borrowedArrivals (clientPerSecond, strangersPerSecond, seconds) {
+  const rand = random(0x5eed + clientPerSecond * 1000 + strangersPerSecond)
+  const events = []
+  for (let at = 5; at < seconds * 1000; at += 1000 / clientPerSecond) events.push({ at, stranger: false })
+  for (let at = -Math.log(1 - rand()) * 1000 / strangersPerSecond; at < seconds * 1000; at += -Math.log(1 - rand()) * 1000 / strangersPerSecond) {
+    events.push({ at, stranger: true, checkMs: CHECK_MS[0] + (CHECK_MS[1] - CHECK_MS[0]) * rand() })
+  }
+  return events.sort((a, b) => a.at - b.at || a.stranger - b.stranger)
+}
+
+/** The borrowed-name arrivals through the plugin of `kind`: the victim's requests refused, and the strangers that reached the check. */
+async function borrowedThroughPlugin (kind, events) {
+  const clock = simulatedClock()
+  const checks = new Map()
+  // The handler awaits this before checking the secret: a stranger's check ends when the driver says.
+  const verifying = body => {
+    const check = checks.get(body.client_secret)
+    if (check === undefined) return
+    checks.delete(body.client_secret)
+    check.arrived()
+    return check.done
+  }
+  return simulate(kind, clock, { perSecond: RATE, verifying }, async (send, app) => {
+    const inject = body => app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload: body })
+    const pending = [] // strangers under check, by the time their check ends
+    let victim = 0
+    let victimRefused = 0
+    let checked = 0
+    const finishChecksUntil = async at => {
+      while (pending.length > 0 && pending[0].at <= at) {
+        const check = pending.shift()
+        clock.ms = check.at
+        check.finish()
+        if ((await check.response).statusCode !== 401) throw new Error('flood: a stranger was not answered 401')
+        await new Promise(resolve => setImmediate(resolve)) // onResponse (the refund) has run
+      }
+    }
+    for (const [n, event] of events.entries()) {
+      await finishChecksUntil(event.at)
+      clock.ms = event.at
+      if (!event.stranger) {
+        const status = (await inject(tokenBody(CLIENT_ID, CLIENT_SECRET))).statusCode
+        if (status !== 200 && status !== 429) throw new Error(`flood: unexpected status ${status} for the victim`)
+        victim++
+        if (status === 429) victimRefused++
+        continue
+      }
+      const secret = `wrong-${n}`
+      const check = {}
+      const reached = new Promise(resolve => { check.arrived = resolve })
+      check.done = new Promise(resolve => { check.finish = resolve })
+      checks.set(secret, check)
+      check.response = inject(tokenBody(CLIENT_ID, secret))
+      const answer = await Promise.race([reached.then(() => null), check.response])
+      checks.delete(secret)
+      if (answer !== null) continue // refused before the check: nothing held
+      checked++
+      check.at = event.at + event.checkMs
+      insertSorted(pending, check, 'at')
+    }
+    await finishChecksUntil(Infinity)
+    return { victim, victimRefused, strangers: events.length - victim, strangersChecked: checked }
+  })
+}
+
+/**
+ * The same arrivals through the reference: a request is granted when the grants still kept (each
+ * unit debited at its grant and refilled continuously, GCRA in ms) leave one unit; a stranger's
+ * grant stops being kept when its check ends.
+ */
+function borrowedThroughReference (events) {
+  const unitMs = 1000 / RATE
+  const kept = []
+  const grants = (at) => {
+    let full = -Infinity
+    for (const grant of kept) if (grant.kept) full = Math.max(full, grant.at) + unitMs
+    return full - at <= 1000 - unitMs + 1e-9
+  }
+  const pending = []
+  let victim = 0
+  let victimRefused = 0
+  let checked = 0
+  for (const event of events) {
+    while (pending.length > 0 && pending[0].ends <= event.at) pending.shift().kept = false
+    const granted = grants(event.at)
+    if (!event.stranger) {
+      victim++
+      if (granted) kept.push({ at: event.at, kept: true })
+      else victimRefused++
+      continue
+    }
+    if (!granted) continue
+    checked++
+    const grant = { at: event.at, kept: true, ends: event.at + event.checkMs }
+    kept.push(grant)
+    insertSorted(pending, grant, 'ends')
+  }
+  return { victim, victimRefused, strangers: events.length - victim, strangersChecked: checked }
+}
+
 const results = {}
 for (const [library, kind] of Object.entries(LIBRARIES)) {
   log(`flood: ${library}, ${settings.ticks} ticks of ${STRANGERS_PER_TICK} strangers + the victim's burst`)
@@ -82,6 +207,21 @@ log(table(['', 'victim admitted', `allowed (rate x (1 + s))`, 'admitted over rat
   name, r.victimAdmitted, r.victimAllowed, r.admittedOverRate, r.rows
 ])))
 
+const borrowed = []
+for (const [clientPerSecond, strangersPerSecond] of settings.borrowedCases) {
+  log(`flood: borrowed name, victim at ${clientPerSecond}/s, ${strangersPerSecond} strangers/s naming it, ${settings.borrowedSeconds} s simulated`)
+  const events = borrowedArrivals(clientPerSecond, strangersPerSecond, settings.borrowedSeconds)
+  const row = { clientPerSecond, strangersPerSecond, results: {} }
+  for (const [library, kind] of Object.entries(LIBRARIES)) row.results[library] = await borrowedThroughPlugin(kind, events)
+  row.results.reference = borrowedThroughReference(events)
+  borrowed.push(row)
+}
+log(`\nflood: borrowed name, ${RATE}/s per client id, checks of ${CHECK_MS[0]}-${CHECK_MS[1]} ms: the victim's requests refused`)
+log(table(['victim', 'strangers naming it', 'exchangepace', 'reference (the most that keeps the rate)', '@fastify/rate-limit'], borrowed.map(row => [
+  `${row.clientPerSecond}/s`, `${row.strangersPerSecond}/s`,
+  ...['exchangepace', 'reference', '@fastify/rate-limit'].map(name => `${row.results[name].victimRefused} of ${row.results[name].victim}`)
+])))
+
 const file = writeResult(options, 'flood', {
   description: "a flood of random declared ids against one client's pace, simulated time, both limiters at the same rate",
   rate: RATE,
@@ -91,6 +231,12 @@ const file = writeResult(options, 'flood', {
     what: "exchangepace: the victim's pace untouched (nothing admitted over rate), only spenders hold rows",
     met: results.exchangepace.admittedOverRate === 0 && results.exchangepace.rows <= 1
   },
-  results
+  results,
+  borrowedName: {
+    description: "strangers naming the victim's client id with wrong secrets, each check taking simulated time, while the victim sends below its rate",
+    seconds: settings.borrowedSeconds,
+    checkMs: CHECK_MS,
+    cases: borrowed
+  }
 })
 log(`\nflood: wrote ${file}`)

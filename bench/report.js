@@ -98,6 +98,10 @@ function summarySection (results) {
     const e = flood.results.exchangepace
     const r = flood.results['@fastify/rate-limit']
     rows.push(['Key flood', "victim's pace untouched", `admitted over rate: exchangepace ${e.admittedOverRate}, @fastify/rate-limit ${r.admittedOverRate} (of ${r.victimAllowed} allowed)`, verdict(flood.target.met)])
+    for (const row of flood.borrowedName?.cases ?? []) {
+      const refused = name => `${row.results[name].victimRefused} of ${row.results[name].victim}`
+      rows.push([`Borrowed name: victim at ${row.clientPerSecond}/s, ${row.strangersPerSecond} strangers/s naming it`, 'victim refused: for reference', `exchangepace ${refused('exchangepace')}, reference ${refused('reference')}, @fastify/rate-limit ${refused('@fastify/rate-limit')}`, ''])
+    }
   }
   return ['## Summary', '', mdTable(['question', 'target', 'measured (median, spread)', ''], rows, ['l', 'l', 'l', 'l']), ''].join('\n')
 }
@@ -286,6 +290,17 @@ function floodSection (flood) {
     ['@fastify/rate-limit', r.victimAdmitted, r.victimAllowed, r.admittedOverRate, `${r.rows} (its LRU, full of strangers)`]
   ]))
   out.push('', `Each flood of strangers evicts the victim's counter from @fastify/rate-limit's LRU, so every ${flood.tickMs} ms the id starts a fresh window: ${r.victimPerTick.join(', ')} admitted per tick. exchangepace refunds every stranger (wrong secret), which leaves no row, and never evicts a bucket that is not full: ${e.victimPerTick.join(', ')} per tick, the bucket and then the rate.`, '')
+  const borrowed = flood.borrowedName
+  if (borrowed !== undefined) {
+    out.push('### The borrowed name', '',
+      `Can strangers who name the victim's client id exhaust its pace? Simulated time, through the real plugins and routes at ${flood.rate}/s per client id, for ${borrowed.seconds} s per line: the victim sends at a steady rate below or at its pace, while strangers send its client id with wrong secrets (a seeded Poisson stream). Checking a secret takes ${borrowed.checkMs[0]} to ${borrowed.checkMs[1]} ms (the handler awaits it), and all that time the stranger's unit is held; exchangepace then refunds it, @fastify/rate-limit has nothing to refund. The **reference** runs the same arrivals through a replay of every grant still kept (the victim's, and the strangers' still under check): it grants exactly when those grants and this one fit the bucket, the most any limiter can admit while it keeps the rate whatever the pending checks conclude.`,
+      '')
+    out.push(mdTable(['victim', 'strangers naming it', 'exchangepace: victim refused', 'reference: victim refused', '@fastify/rate-limit: victim refused'], borrowed.cases.map(row => [
+      `${row.clientPerSecond}/s`, `${row.strangersPerSecond}/s`,
+      ...['exchangepace', 'reference', '@fastify/rate-limit'].map(name => `${row.results[name].victimRefused} of ${row.results[name].victim}`)
+    ])))
+    out.push('', "A stranger under check holds a unit, so enough strangers in flight crowd out the victim under any limiter that keeps the rate (the reference's refusals). exchangepace's refund reads only the key's row, which keeps the run's latest grant time, its count and which of its 32 latest grants were refunded: where the reference would give a unit back in full, exchangepace sometimes gives back part of it (the refunds section of docs/design.md), and the victim at exactly its rate feels that most. @fastify/rate-limit counts every stranger against the victim's window.", '')
+  }
   return out.join('\n')
 }
 

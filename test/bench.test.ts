@@ -96,6 +96,17 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.ok(flood.results['@fastify/rate-limit'].admittedOverRate > 0)
   })
 
+  t.test('flood: strangers naming the victim under check do not crowd it out at 100/s; they do under a fixed window', async t => {
+    const [row] = read(out, 'flood').borrowedName.cases
+    t.same([row.clientPerSecond, row.strangersPerSecond], [8, 100])
+    const { exchangepace, reference } = row.results
+    const rateLimit = row.results['@fastify/rate-limit']
+    t.same([exchangepace.victim, exchangepace.victimRefused], [8, 0], 'every one of the victim\'s 8 requests admitted')
+    t.same([reference.victim, reference.victimRefused], [8, 0])
+    t.ok(exchangepace.strangersChecked > 50, `strangers reached the check: ${exchangepace.strangersChecked}`)
+    t.ok(rateLimit.victimRefused > 4, `@fastify/rate-limit refused ${rateLimit.victimRefused} of 8`)
+  })
+
   t.test('redis: both Redis stores answered, the refund path too', async t => {
     const redis = read(out, 'redis')
     t.equal(redis.skipped, undefined, 'a Redis answers here (CI starts one)')
@@ -122,7 +133,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
 
   t.test('the report and the chart are written next to the results', async t => {
     const md = readFileSync(join(out, 'benchmarks.md'), 'utf8')
-    for (const heading of ['## Summary', '## Machine and commands', '## 1. Bucket cost', '## 2. Memory', '## 3. HTTP cost', '## 4. Fidelity', '## 5. Key flood', '## 6. Redis', '## 7. Instructions per request']) {
+    for (const heading of ['## Summary', '## Machine and commands', '## 1. Bucket cost', '## 2. Memory', '## 3. HTTP cost', '## 4. Fidelity', '## 5. Key flood', '### The borrowed name', '## 6. Redis', '## 7. Instructions per request']) {
       t.match(md, heading)
     }
     t.match(md, 'npm run bench -- --smoke')
