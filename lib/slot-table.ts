@@ -6,15 +6,17 @@
  *
  * A `Map<string, number>` holding arbitrary doubles boxes every stored value in a fresh heap number
  * on each `set`, which on the pace's hot path costs about as much as the lookup itself. Here the Map
- * holds a small integer (a slot index, which V8 keeps unboxed) and the records live side by side in
- * typed arrays. Writing a key's record is a few typed-array stores.
+ * holds a small integer (a slot index, which V8 keeps unboxed) and the records live one after the
+ * other in one buffer, 32 bytes each (three doubles, then the count and the marks as two int32s),
+ * so that a record is one read of memory however large the table. Writing a key's record is a few
+ * typed-array stores.
  *
  * Invariants:
  * - every key in `#slotOf` owns exactly one slot, and no two keys share one;
  * - every slot below `#nextUnused` is either owned by a key or on the free list, never both. The
  *   free list is threaded through the numbers themselves: a free slot holds the index of the next
- *   free slot (-1 ends the list), so freeing costs no memory beside the arrays;
- * - the arrays grow by doubling when no slot is free, and `removeAtMost` shrinks them when at most
+ *   free slot (-1 ends the list), so freeing costs no memory beside the buffer;
+ * - the buffer grows by doubling when no slot is free, and `removeAtMost` shrinks it when at most
  *   a quarter is in use, so memory follows the number of live keys in both directions.
  *
  * Not safe to share between threads; in one JavaScript thread every method runs to completion.
@@ -23,12 +25,13 @@ export class SlotTable {
   static readonly MIN_SLOTS = 16
 
   #slotOf = new Map<string, number>()
-  #values = new Float64Array(SlotTable.MIN_SLOTS)
-  #stamps = new Float64Array(SlotTable.MIN_SLOTS)
-  #lasts = new Float64Array(SlotTable.MIN_SLOTS)
-  #counts = new Int32Array(SlotTable.MIN_SLOTS)
-  /** Bit i set: the count i before the latest is marked. Counts further back read as unmarked. */
-  #marks = new Int32Array(SlotTable.MIN_SLOTS)
+  /** Slot i: the number at [4i], the stamp at [4i + 1], the time of the latest count at [4i + 2]. */
+  #doubles = new Float64Array(4 * SlotTable.MIN_SLOTS)
+  /**
+   * The same buffer: slot i's count at [8i + 6] and its marks at [8i + 7] (bit j set: the count j
+   * before the latest is marked; counts further back read as unmarked).
+   */
+  #ints = new Int32Array(this.#doubles.buffer)
   /** The first slot of the free list, or -1. */
   #freeHead = -1
   #nextUnused = 0
@@ -40,7 +43,7 @@ export class SlotTable {
 
   /** Slots allocated (live, free or never used): what the table costs beside the Map. */
   get capacity (): number {
-    return this.#values.length
+    return this.#doubles.length >> 2
   }
 
   /** The slot of `key`, or -1 when the key has no row. Does not change the table. */
@@ -51,54 +54,58 @@ export class SlotTable {
 
   /** The number stored in a slot returned by `slot`. */
   read (slot: number): number {
-    return this.#values[slot]
+    return this.#doubles[slot << 2]
   }
 
   /** Replaces the number stored in a live slot. Allocates nothing. */
   write (slot: number, value: number): void {
-    this.#values[slot] = value
+    this.#doubles[slot << 2] = value
   }
 
   /** The stamp the slot's record started with. */
   stamp (slot: number): number {
-    return this.#stamps[slot]
+    return this.#doubles[(slot << 2) + 1]
   }
 
   /** The slot's count: 1 when its record started, plus one per `addCount`, less one per `uncount`, as an int32 (wrapping). */
   count (slot: number): number {
-    return this.#counts[slot]
+    return this.#ints[(slot << 3) + 6]
   }
 
   /** When the latest count happened (as given to `addCount`, or the stamp); `uncount` leaves it. */
   last (slot: number): number {
-    return this.#lasts[slot]
+    return this.#doubles[(slot << 2) + 2]
   }
 
   /** Stores `value`, adds one (unmarked) to the count, notes `at` as the time of it, and returns the new count. */
   addCount (slot: number, value: number, at: number): number {
-    const count = (this.#counts[slot] + 1) | 0
-    this.#values[slot] = value
-    this.#counts[slot] = count
-    this.#lasts[slot] = at
-    this.#marks[slot] <<= 1
+    const record = slot << 2
+    const ints = this.#ints
+    const count = (ints[(record << 1) + 6] + 1) | 0
+    this.#doubles[record] = value
+    this.#doubles[record + 2] = at
+    ints[(record << 1) + 6] = count
+    ints[(record << 1) + 7] <<= 1
     return count
   }
 
   /** Stores `value` and takes the latest (unmarked) count away. */
   uncount (slot: number, value: number): void {
-    this.#values[slot] = value
-    this.#counts[slot] = (this.#counts[slot] - 1) | 0
-    this.#marks[slot] >>>= 1
+    this.#doubles[slot << 2] = value
+    const ints = this.#ints
+    ints[(slot << 3) + 6] = (ints[(slot << 3) + 6] - 1) | 0
+    ints[(slot << 3) + 7] >>>= 1
   }
 
   /** Marks the count `back` counts before the latest (0: the latest); beyond the 32 latest, nothing is kept. */
   mark (slot: number, back: number): void {
-    if (back < 32) this.#marks[slot] |= 1 << back
+    if (back < 32) this.#ints[(slot << 3) + 7] |= 1 << back
   }
 
   /** How many of the `within` latest counts are marked (of the 32 latest at most). */
   markedWithin (slot: number, within: number): number {
-    let bits = within >= 32 ? this.#marks[slot] : this.#marks[slot] & ((1 << within) - 1)
+    const marks = this.#ints[(slot << 3) + 7]
+    let bits = within >= 32 ? marks : marks & ((1 << within) - 1)
     bits -= (bits >>> 1) & 0x55555555
     bits = (bits & 0x33333333) + ((bits >>> 2) & 0x33333333)
     return Math.imul((bits + (bits >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24
@@ -106,20 +113,22 @@ export class SlotTable {
 
   /** Starts a live slot's record afresh: `value`, a count of 1 (unmarked), and `stamp` as its stamp and as the time of that count. */
   restart (slot: number, value: number, stamp: number): void {
-    this.#values[slot] = value
-    this.#stamps[slot] = stamp
-    this.#lasts[slot] = stamp
-    this.#counts[slot] = 1
-    this.#marks[slot] = 0
+    const record = slot << 2
+    const doubles = this.#doubles
+    doubles[record] = value
+    doubles[record + 1] = stamp
+    doubles[record + 2] = stamp
+    this.#ints[(record << 1) + 6] = 1
+    this.#ints[(record << 1) + 7] = 0
   }
 
   /** Adds `key` (which must not be present) with the record `restart` starts. */
   insert (key: string, value: number, stamp: number): void {
     let slot = this.#freeHead
     if (slot !== -1) {
-      this.#freeHead = this.#values[slot] | 0 // an index, kept a small integer for the Map
+      this.#freeHead = this.#doubles[slot << 2] | 0 // an index, kept a small integer for the Map
     } else {
-      if (this.#nextUnused === this.#values.length) this.#resize(this.#values.length * 2)
+      if (this.#nextUnused === this.capacity) this.#resize(this.capacity * 2)
       slot = this.#nextUnused++
     }
     this.restart(slot, value, stamp)
@@ -129,49 +138,49 @@ export class SlotTable {
   /** Removes `key`, whose slot is `slot`, and puts the slot at the head of the free list. */
   remove (key: string, slot: number): void {
     this.#slotOf.delete(key)
-    this.#values[slot] = this.#freeHead
+    this.#doubles[slot << 2] = this.#freeHead
     this.#freeHead = slot
   }
 
   /**
-   * Removes every key whose number is at most `limit`, then shrinks the arrays when no more than a
+   * Removes every key whose number is at most `limit`, then shrinks the buffer when no more than a
    * quarter of the slots are live. Runs in time proportional to the number of keys.
    */
   removeAtMost (limit: number): void {
     for (const [key, slot] of this.#slotOf) {
-      if (this.#values[slot] <= limit) this.remove(key, slot)
+      if (this.#doubles[slot << 2] <= limit) this.remove(key, slot)
     }
     const live = this.#slotOf.size
-    if (live * 4 <= this.#values.length && this.#values.length > SlotTable.MIN_SLOTS) {
+    if (live * 4 <= this.capacity && this.capacity > SlotTable.MIN_SLOTS) {
       this.#resize(Math.max(SlotTable.MIN_SLOTS, live * 2))
     }
   }
 
   /**
-   * Moves the live records to the front of arrays of `length` slots (`length` > live keys), with
+   * Moves the live records to the front of a buffer of `length` slots (`length` > live keys), with
    * an empty free list. Reassigning an existing key's slot in the Map updates it in place and
    * allocates no entry.
    */
   #resize (length: number): void {
-    const values = new Float64Array(length)
-    const stamps = new Float64Array(length)
-    const lasts = new Float64Array(length)
-    const counts = new Int32Array(length)
-    const marks = new Int32Array(length)
+    const doubles = new Float64Array(4 * length)
+    const ints = new Int32Array(doubles.buffer)
+    const oldDoubles = this.#doubles
+    const oldInts = this.#ints
     let next = 0
     for (const [key, slot] of this.#slotOf) {
-      values[next] = this.#values[slot]
-      stamps[next] = this.#stamps[slot]
-      lasts[next] = this.#lasts[slot]
-      counts[next] = this.#counts[slot]
-      marks[next] = this.#marks[slot]
+      // Three doubles, then the two int32s as themselves (a double made of their bits might be a NaN
+      // whose bits a copy would not keep).
+      const from = slot << 2
+      const to = next << 2
+      doubles[to] = oldDoubles[from]
+      doubles[to + 1] = oldDoubles[from + 1]
+      doubles[to + 2] = oldDoubles[from + 2]
+      ints[(to << 1) + 6] = oldInts[(from << 1) + 6]
+      ints[(to << 1) + 7] = oldInts[(from << 1) + 7]
       this.#slotOf.set(key, next++)
     }
-    this.#values = values
-    this.#stamps = stamps
-    this.#lasts = lasts
-    this.#counts = counts
-    this.#marks = marks
+    this.#doubles = doubles
+    this.#ints = ints
     this.#freeHead = -1
     this.#nextUnused = next
   }
