@@ -112,6 +112,15 @@ end
 return 1
 `
 
+/**
+ * A pace name as it appears in Redis keys, with no ':' in it (':' as %3A, and '%' as %25), so that
+ * the first ':' after it ends it: otherwise pace "/a" with key "b:c" and pace "/a:b" with key "c"
+ * would share one Redis key. A name without either character is written as it is.
+ */
+function keyName (name: string): string {
+  return name.replace(/[%:]/g, found => found === ':' ? '%3A' : '%25')
+}
+
 /** The highest rate the scripts' microticks keep exact (see above), per second. */
 const MAX_RATE = 2 ** 21
 
@@ -146,7 +155,10 @@ export type RedisUnavailable = 'fallback' | 'open' | 'closed'
 export interface RedisStoreOptions {
   /** An ioredis client (`new Redis(...)`, a `Cluster`, or the one @fastify/redis decorates). */
   client: RedisClientLike
-  /** Every key starts with it, followed by the pace name, ':' and the key. Default: 'exchangepace:'. */
+  /**
+   * Every key starts with it, followed by the pace name (with ':' written %3A and '%' written %25),
+   * ':' and the key. Default: 'exchangepace:'.
+   */
   prefix?: string
   /** Longest wait for Redis before a request takes the `whenUnavailable` path, in ms. Default: 50. */
   timeoutMs?: number
@@ -323,7 +335,7 @@ export class RedisStore implements PaceStore {
     if (perSecond > MAX_RATE) {
       throw new TypeError(`exchangepace: RedisStore counts rates up to ${MAX_RATE} per second exactly; pace ${JSON.stringify(name)} declares perSecond ${perSecond}`)
     }
-    return new RedisPace(this, this.#commands, `${this.prefix}${name}:`, perSecond, local, log)
+    return new RedisPace(this, this.#commands, `${this.prefix}${keyName(name)}:`, perSecond, local, log)
   }
 
   /** Whether Redis is treated as unavailable (since a failure, until it answers again). */

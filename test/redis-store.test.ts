@@ -83,6 +83,19 @@ t.test('the store loads one script per operation and keys buckets as prefix + na
   await reserving
 })
 
+t.test('a pace name keeps no ":" in Redis keys, so two paces never share one', async t => {
+  const { client, store, local } = setup()
+  const log = recordingLog().log
+  const pending = [
+    store.pace('/a', 2, local, log).reserve('b:c'),
+    store.pace('/a:b', 2, local, log).reserve('c'),
+    store.pace('/clients/:id/100%', 2, local, log).reserve('x')
+  ]
+  t.same(client.reserves.map(c => c.key), ['exchangepace:/a:b:c', 'exchangepace:/a%3Ab:c', 'exchangepace:/clients/%3Aid/100%25:x'])
+  for (const call of client.reserves) call.resolve([0, 0, '100'])
+  await Promise.all(pending)
+})
+
 t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
   const { client, pace } = setup()
   const reserving = pace.reserve('reporting')
