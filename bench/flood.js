@@ -165,10 +165,11 @@ async function borrowedThroughPlugin (kind, events) {
  */
 function borrowedThroughReference (events) {
   const unitMs = 1000 / RATE
-  const kept = []
-  const grants = (at) => {
+  const grantsMade = []
+  /** Whether one more unit fits at `at` beside the grants still kept, replayed in order. */
+  const fits = (at) => {
     let full = -Infinity
-    for (const grant of kept) if (grant.kept) full = Math.max(full, grant.at) + unitMs
+    for (const grant of grantsMade) if (grant.kept) full = Math.max(full, grant.at) + unitMs
     return full - at <= 1000 - unitMs + 1e-9
   }
   const pending = []
@@ -177,17 +178,17 @@ function borrowedThroughReference (events) {
   let checked = 0
   for (const event of events) {
     while (pending.length > 0 && pending[0].ends <= event.at) pending.shift().kept = false
-    const granted = grants(event.at)
+    const granted = fits(event.at)
     if (!event.stranger) {
       victim++
-      if (granted) kept.push({ at: event.at, kept: true })
+      if (granted) grantsMade.push({ at: event.at, kept: true })
       else victimRefused++
       continue
     }
     if (!granted) continue
     checked++
     const grant = { at: event.at, kept: true, ends: event.at + event.checkMs }
-    kept.push(grant)
+    grantsMade.push(grant)
     insertSorted(pending, grant, 'ends')
   }
   return { victim, victimRefused, strangers: events.length - victim, strangersChecked: checked }
