@@ -67,7 +67,9 @@ return {1, math.floor((0.5 - shortfall) / 1000000), '0', run, count, at}
  * Gives back grant number ARGV[3] of the run that began at ARGV[2], made at ARGV[4], by
  * `Pace._giveBack`'s rule, counted from the latest grant (`ahead`: how far the stored time is past
  * it): nothing once the run is over; the run's latest grant gives its unit and uncounts; any other
- * gives what the later grants still kept leave room for, and is marked refunded. A key left at or
+ * gives what the later grants still kept leave room for, and is marked refunded (the marks are
+ * counted byte by byte: LuaBitOp's operations take doubles, and a multiplication that spreads the
+ * bytes' sums would pass 2^51, where it stops reading them exactly). A key left at or
  * before the latest grant is full and goes without a reading of the clock (a stranger's rejected
  * exchange); one whose time stays keeps its expiry (only the mark changes); one that moves is
  * written with the expiry its new time calls for.
@@ -90,9 +92,10 @@ else
   if later < 32 then bits = bit.band(bits, bit.lshift(1, later) - 1) end
   bits = bits - bit.band(bit.rshift(bits, 1), 0x55555555)
   bits = bit.band(bits, 0x33333333) + bit.band(bit.rshift(bits, 2), 0x33333333)
-  bits = bit.rshift(bit.band(bits + bit.rshift(bits, 4), 0x0f0f0f0f) * 0x01010101, 24)
+  bits = bit.band(bits + bit.rshift(bits, 4), 0x0f0f0f0f)
+  bits = bits % 256 + bit.rshift(bits, 8) % 256 + bit.rshift(bits, 16) % 256 + bit.rshift(bits, 24)
   left = math.min(ahead - 1000000 + (last - ARGV[4]) % span, math.max(ahead - 1000000, math.min(ahead, (later - bits) * 1000000)))
-  if later < 32 then marks = marks + 2 ^ later end
+  if later < 32 then marks = bit.bor(bit.tobit(marks), bit.lshift(1, later)) % 4294967296 end
 end
 if left <= 0.5 then
   redis.call('DEL', KEYS[1])
@@ -120,6 +123,9 @@ return 1
 function keyName (name: string): string {
   return name.replace(/[%:]/g, found => found === ':' ? '%3A' : '%25')
 }
+
+/** @internal The scripts' text, for tests that run them on a clock of their own. */
+export const SCRIPTS = { reserve: RESERVE, refund: REFUND } as const
 
 /** The highest rate the scripts' microticks keep exact (see above), per second. */
 const MAX_RATE = 2 ** 21

@@ -140,6 +140,22 @@ if ('skip' in connection) {
     await client.del(key)
   })
 
+  t.test('refund marks are counted exactly whichever of the 32 bits are set', async t => {
+    const { redisKey } = paceOf('all-marks', 100)
+    const key = redisKey('c')
+    const { now, wrap } = await microticksNow(100)
+    const run = (now - 5 * UNIT + wrap) % wrap
+    // 40 grants, the latest now; the row 5 units ahead; grants 9 to 16 and 32 refunded (bits 24-31 and 8).
+    const row = `${(now + 5 * UNIT) % wrap}:${run}:40:${now}:${0xff000100}`
+    await client.set(key, row, 'PX', 5000)
+    t.equal(await refund(key, 100, run, 1, run), 1)
+    t.equal(await client.get(key), row, 'the 30 later grants still kept hold the row where it is (beyond 32 back, nothing is marked)')
+    await client.set(key, `${(now + 5 * UNIT) % wrap}:${run}:40:${now}:${0xffffffff}`, 'PX', 5000)
+    t.equal(await refund(key, 100, run, 33, run), 1)
+    t.equal(await client.get(key), `${(now + 4 * UNIT) % wrap}:${run}:40:${now}:${0xffffffff}`, 'all 7 later grants refunded: one unit back; its own bit was already set and stays set')
+    await client.del(key)
+  })
+
   t.test('a row written before refunds were marked is read as none refunded, and a refund leaves it alone', async t => {
     const { pace, redisKey } = paceOf('unmarked', 10)
     const key = redisKey('c')

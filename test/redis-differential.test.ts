@@ -1,0 +1,116 @@
+import t from 'tap'
+import fc from 'fast-check'
+import type { Redis } from 'ioredis'
+import { Pace } from '../lib/pace.js'
+import { SCRIPTS } from '../lib/redis-store.js'
+import { connectRedis, uniquePrefix } from './helpers/redis.js'
+
+// The Lua scripts against the in-process Pace over long random histories: the same decisions, the
+// same units remaining, the same waits, refunds included. Redis' clock cannot be moved, so here the
+// scripts read a clock the test passes as their last argument (in microseconds) instead of TIME,
+// and expiries are made long (the history runs faster or slower than the time it simulates; other
+// tests check that a key expires when its bucket is full again).
+
+/** `script` with TIME read from the last argument and every expiry set to 10 minutes. */
+function onTestClock (script: string): string {
+  const clocked = script.replace("redis.call('TIME')", '{0, ARGV[#ARGV]}')
+  const lasting = clocked.replace(/string\.format\('%d', math\.ceil\((after|spent) \/ rate \/ 1000\)\)/g, "'600000'")
+  if (clocked === script || lasting === clocked) throw new Error('the scripts changed: update onTestClock')
+  return lasting
+}
+
+interface ClockedCommands {
+  clockedReserve (key: string, perSecond: number, micros: number): Promise<[number, number, string, number?, number?, number?]>
+  clockedRefund (key: string, perSecond: number, run: number, count: number, at: number, micros: number): Promise<number>
+}
+
+type Operation =
+  | { op: 'advance', units: number }
+  | { op: 'reserve', key: number }
+  | { op: 'refund', back: number }
+
+const operation: fc.Arbitrary<Operation> = fc.oneof(
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('advance' as const), units: fc.integer({ min: 0, max: 20 }) }) },
+  { weight: 4, arbitrary: fc.record({ op: fc.constant('reserve' as const), key: fc.integer({ min: 0, max: 1 }) }) },
+  { weight: 4, arbitrary: fc.record({ op: fc.constant('refund' as const), back: fc.nat({ max: 60 }) }) }
+)
+
+/** Integer rates (the scripts count fractional ones to a microtick, Pace in doubles: not bit for bit). */
+const rate = fc.constantFrom(1, 3, 7, 10, 40, 64, 100)
+
+const connection = await connectRedis()
+if ('skip' in connection) {
+  t.skip(connection.skip)
+} else {
+  const { client } = connection
+  t.teardown(() => client.quit())
+  client.defineCommand('clockedReserve', { numberOfKeys: 1, lua: onTestClock(SCRIPTS.reserve) })
+  client.defineCommand('clockedRefund', { numberOfKeys: 1, lua: onTestClock(SCRIPTS.refund) })
+  const commands = client as Redis & ClockedCommands
+  const prefix = uniquePrefix('differential')
+  let runs = 0
+
+  /**
+   * Replays `operations` on a Pace and on the scripts from `startMicros` on Redis' clock, and throws
+   * at the first answer that differs. Time advances by whole microseconds (about a tenth of a unit
+   * each), so both read the same instant: Pace in milliseconds, the scripts in microseconds. A refund picks the `back`th
+   * latest granted reservation (both sides hold it), if it was not refunded yet.
+   */
+  async function replay (perSecond: number, startMicros: number, operations: Operation[]): Promise<void> {
+    const clock = { micros: 0 }
+    const pace = new Pace({ perSecond, now: () => clock.micros / 1000 })
+    const key = (k: number): string => `${prefix}${runs}:${k}`
+    runs++
+    const made: Array<{ key: number, pace: ReturnType<Pace['reserve']>, grant: [number, number, number], refunded: boolean }> = []
+    for (const [step, operation] of operations.entries()) {
+      const micros = (): number => startMicros + clock.micros
+      const where = `rate ${perSecond}, step ${step}, t = ${clock.micros} µs`
+      if (operation.op === 'advance') {
+        clock.micros += operation.units * Math.floor(100_000 / perSecond)
+      } else if (operation.op === 'reserve') {
+        const lua = await commands.clockedReserve(key(operation.key), perSecond, micros())
+        const local = pace.reserve(`k${operation.key}`)
+        if ((lua[0] === 1) !== local.granted || lua[1] !== local.remaining) {
+          throw new Error(`${where}: scripts ${JSON.stringify(lua)}, Pace granted ${local.granted} with ${local.remaining} left`)
+        }
+        if (!local.granted && Math.abs(Number(lua[2]) - local.retryAfterMs) > 1e-6) {
+          throw new Error(`${where}: scripts wait ${lua[2]} ms, Pace ${local.retryAfterMs} ms`)
+        }
+        if (local.granted) made.push({ key: operation.key, pace: local, grant: [lua[3] as number, lua[4] as number, lua[5] as number], refunded: false })
+      } else if (made.length > 0) {
+        const chosen = made[made.length - 1 - (operation.back % made.length)]
+        if (chosen.refunded) continue
+        chosen.refunded = true
+        chosen.pace.refund()
+        await commands.clockedRefund(key(chosen.key), perSecond, ...chosen.grant, micros())
+      }
+    }
+    await client.del(key(0), key(1))
+  }
+
+  t.test('the scripts and Pace answer alike over random histories, refunds in any order', async t => {
+    await t.resolves(fc.assert(
+      fc.asyncProperty(rate, fc.array(operation, { minLength: 100, maxLength: 500 }), (perSecond, operations) => replay(perSecond, 7_000_000_000, operations)),
+      { seed: 0xd1ff, numRuns: 40 }
+    ))
+  })
+
+  t.test('they answer alike in runs longer than the 32 grants whose refunds a row remembers', async t => {
+    const longRun: fc.Arbitrary<Operation> = fc.oneof(
+      { weight: 1, arbitrary: fc.record({ op: fc.constant('advance' as const), units: fc.integer({ min: 0, max: 3 }) }) },
+      { weight: 5, arbitrary: fc.record({ op: fc.constant('reserve' as const), key: fc.constant(0) }) },
+      { weight: 4, arbitrary: fc.record({ op: fc.constant('refund' as const), back: fc.nat({ max: 45 }) }) }
+    )
+    await t.resolves(fc.assert(
+      fc.asyncProperty(fc.constantFrom(64, 100), fc.array(longRun, { minLength: 300, maxLength: 600 }), (perSecond, operations) => replay(perSecond, 7_000_000_000, operations)),
+      { seed: 0xd1ff, numRuns: 30 }
+    ))
+  })
+
+  t.test('they still answer alike across the wrap of the scripts\' clock (2^32 microseconds)', async t => {
+    await t.resolves(fc.assert(
+      fc.asyncProperty(rate, fc.array(operation, { minLength: 100, maxLength: 500 }), (perSecond, operations) => replay(perSecond, 2 ** 32 - 500_000, operations)),
+      { seed: 0xd1ff, numRuns: 20 }
+    ))
+  })
+}
