@@ -3,7 +3,7 @@ import fc from 'fast-check'
 import type { Redis } from 'ioredis'
 import { Pace } from '../lib/pace.js'
 import { SCRIPTS } from '../lib/redis-store.js'
-import { connectRedis, uniquePrefix } from './helpers/redis.js'
+import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 
 // The Lua scripts against the in-process Pace over long random histories: the same decisions, the
 // same units remaining, the same waits, refunds included. Redis' clock cannot be moved, so here the
@@ -38,12 +38,8 @@ const operation: fc.Arbitrary<Operation> = fc.oneof(
 /** Integer rates (the scripts count fractional ones to a microtick, Pace in doubles: not bit for bit). */
 const rate = fc.constantFrom(1, 3, 7, 10, 40, 64, 100)
 
-const connection = await connectRedis()
-if ('skip' in connection) {
-  t.skip(connection.skip)
-} else {
-  const { client } = connection
-  t.teardown(() => client.quit())
+const client = await redisOrSkip()
+if (client !== null) {
   client.defineCommand('clockedReserve', { numberOfKeys: 1, lua: onTestClock(SCRIPTS.reserve) })
   client.defineCommand('clockedRefund', { numberOfKeys: 1, lua: onTestClock(SCRIPTS.refund) })
   const commands = client as Redis & ClockedCommands

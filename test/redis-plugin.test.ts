@@ -7,7 +7,7 @@ import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import exchangePace, { RedisStore } from '../lib/index.js'
-import { connectRedis, underCI, uniquePrefix } from './helpers/redis.js'
+import { redisOrSkip, underCI, uniquePrefix } from './helpers/redis.js'
 
 // The plugin on a RedisStore, over a real Redis: replicas share one pace, strangers leave nothing
 // in Redis, and a Redis that stops and comes back is survived without a single 5xx.
@@ -37,12 +37,8 @@ const exchange = (app: FastifyInstance, clientId: string, secret = SECRET) => ap
   payload: `grant_type=client_credentials&client_id=${encodeURIComponent(clientId)}&client_secret=${secret}`
 })
 
-const connection = await connectRedis()
-if ('skip' in connection) {
-  t.skip(connection.skip)
-} else {
-  const { client } = connection
-  t.teardown(() => client.quit())
+const client = await redisOrSkip()
+if (client !== null) {
 
   t.test('two replicas sharing one Redis admit the declared rate in total, not twice it', async t => {
     const prefix = uniquePrefix('replicas')

@@ -1,18 +1,14 @@
 import t from 'tap'
 import { Pace, RedisStore } from '../lib/index.js'
-import { connectRedis, uniquePrefix } from './helpers/redis.js'
+import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 import type { FastifyBaseLogger } from 'fastify'
 
 // The Lua scripts against a real Redis: the same bucket as the in-process Pace, on Redis TIME.
 // Without moving Redis' clock, these use rates slow enough that a burst finishes long before a
 // unit refills (rate 10: one unit per 100 ms; a pipelined burst takes well under a millisecond).
 
-const connection = await connectRedis()
-if ('skip' in connection) {
-  t.skip(connection.skip)
-} else {
-  const { client } = connection
-  t.teardown(() => client.quit())
+const client = await redisOrSkip()
+if (client !== null) {
   const silent = { warn () {}, info () {}, debug () {} } as unknown as FastifyBaseLogger
 
   const paceOf = (label: string, perSecond: number) => {

@@ -1,18 +1,14 @@
 import t from 'tap'
 import { RedisStore } from '../lib/index.js'
-import { connectRedis, uniquePrefix } from './helpers/redis.js'
+import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 import { sharedBehaviour } from './shared-behaviour.js'
 
 // The store-independent behaviours again, on a RedisStore over a real Redis: one suite, two stores.
 // Rows are the keys Redis holds for the pace. Each test builds one app, so the rows of a test are
 // those under the prefix of the store it was built with last.
 
-const connection = await connectRedis()
-if ('skip' in connection) {
-  t.skip(connection.skip)
-} else {
-  const { client } = connection
-  t.teardown(() => client.quit())
+const client = await redisOrSkip()
+if (client !== null) {
   let prefix = ''
   const store = (): Record<string, unknown> => {
     prefix = uniquePrefix('shared')

@@ -1,22 +1,26 @@
+import t from 'tap'
 import { Redis } from 'ioredis'
 
 /**
- * A client of the Redis server the tests use (REDIS_URL, default 127.0.0.1:6379), or the reason
- * there is none. Under CI a missing Redis fails the run: .ci/run makes sure one answers.
+ * A client of the Redis server the tests use (REDIS_URL, default 127.0.0.1:6379), quit when the
+ * test file ends; or null when none answers, with the file's tests skipped and the reason given.
+ * Under CI a missing Redis fails the run: .ci/run makes sure one answers.
  */
-export async function connectRedis (): Promise<{ client: Redis } | { skip: string }> {
+export async function redisOrSkip (): Promise<Redis | null> {
   const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
   const client = new Redis(url, { lazyConnect: true, enableAutoPipelining: true, maxRetriesPerRequest: 1, connectTimeout: 1000, retryStrategy: () => null })
   try {
     await client.connect()
     await client.ping()
-    return { client }
   } catch (err) {
     client.disconnect()
     const reason = `no Redis server answers at ${url} (${(err as Error).message}); start one to run these tests`
     if (underCI()) throw new Error(`CI needs Redis: ${reason}`)
-    return { skip: reason }
+    t.skip(reason)
+    return null
   }
+  t.teardown(() => client.quit())
+  return client
 }
 
 /** A prefix no other test run uses, so parallel test files never see each other's keys. */
