@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
+import { Deadlines, Waiting } from './deadlines.js'
 import type { Pace } from './pace.js'
 import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
@@ -212,6 +213,17 @@ function refusedByRedis (retryAfterMs: number): PaceReservation {
   return { granted: false, remaining: 0, retryAfterMs, refund () {} }
 }
 
+/** A reservation waiting for Redis: past the store's timeout, its request takes the unavailable path. */
+class ReserveWaiting extends Waiting {
+  constructor (readonly pace: RedisPace, readonly key: string, readonly resolve: (reservation: PaceReservation) => void) {
+    super()
+  }
+
+  expire (): void {
+    this.pace._expired(this.key, this.resolve)
+  }
+}
+
 class RedisPace implements SharedPace {
   readonly #store: RedisStore
   readonly #commands: PaceCommands
@@ -220,6 +232,7 @@ class RedisPace implements SharedPace {
   readonly #local: Pace
   readonly #log: FastifyBaseLogger
   readonly #closed: PaceReservation
+  readonly #deadlines: Deadlines
   /** Units were reserved from the fallback pace, and it may still hold rows. */
   #fellBack = false
 
@@ -231,41 +244,42 @@ class RedisPace implements SharedPace {
     this.#local = local
     this.#log = log
     this.#closed = Object.freeze({ granted: false, remaining: 0, retryAfterMs: store.retryMs, refund () {} })
+    this.#deadlines = store._deadlines
   }
 
   reserve (key: string): Promise<PaceReservation> {
     if (!this.#store._mayTry()) return Promise.resolve(this.#unavailable(key))
     const redisKey = this.#prefix + key
     return new Promise(resolve => {
-      let answered = false
-      // Timers run before the event loop reads sockets: after a stall (a long GC pause, a sweep of a
-      // big table) the timeout fires even when Redis answered in time. The verdict waits for the
-      // reads of this turn of the loop (setImmediate runs after them).
-      const timer = setTimeout(() => setImmediate(() => {
-        if (answered) return
-        answered = true
-        this.#store._failed(new Error(`no answer within ${this.#store.timeoutMs} ms`), this.#log)
-        resolve(this.#unavailable(key))
-      }), this.#store.timeoutMs)
+      const waiting = new ReserveWaiting(this, key, resolve)
+      this.#deadlines.start(waiting)
       this.#commands.exchangepaceReserve(redisKey, this.#perSecond).then(reply => {
-        if (answered) {
+        if (waiting.done) {
           // Too late for its request, which went the unavailable path: give the unit back.
           if (reply[0] === 1) this.giveBack(redisKey, grantOf(reply))
           return
         }
-        answered = true
-        clearTimeout(timer)
+        waiting.done = true
         this.#store._answered(this.#log)
         if (this.#fellBack) this.#tidyFallback()
         resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], grantOf(reply)) : refusedByRedis(Number(reply[2])))
       }, (err: Error) => {
-        if (answered) return
-        answered = true
-        clearTimeout(timer)
-        this.#store._failed(err, this.#log)
-        resolve(this.#unavailable(key))
+        if (waiting.done) return
+        waiting.done = true
+        this.#failed(key, err, resolve)
       })
     })
+  }
+
+  /** @internal Redis did not answer `key`'s reservation within the timeout. */
+  _expired (key: string, resolve: (reservation: PaceReservation) => void): void {
+    this.#failed(key, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`), resolve)
+  }
+
+  /** Redis failed, or did not answer in time: the request takes the `whenUnavailable` path. */
+  #failed (key: string, err: Error, resolve: (reservation: PaceReservation) => void): void {
+    this.#store._failed(err, this.#log)
+    resolve(this.#unavailable(key))
   }
 
   /**
@@ -312,6 +326,8 @@ export class RedisStore implements PaceStore {
   readonly retryMs: number
   readonly whenUnavailable: RedisUnavailable
   readonly #commands: PaceCommands
+  /** @internal The timeout of every reservation waiting for Redis, with one timer. */
+  readonly _deadlines: Deadlines
   #unavailable = false
   #triedAt = 0
 
@@ -332,6 +348,7 @@ export class RedisStore implements PaceStore {
     this.#commands = client as unknown as PaceCommands
     this.prefix = prefix
     this.timeoutMs = timeoutMs
+    this._deadlines = new Deadlines(timeoutMs)
     this.retryMs = retryMs
     this.whenUnavailable = whenUnavailable
     this.outage = OUTAGE[whenUnavailable]
