@@ -103,8 +103,8 @@ export class Pace {
   /** `perSecond` units, in ticks. */
   readonly #capacity: number
   readonly #table = new SlotTable()
-  /** Scaled time of the last sweep, and the table size that triggers the next one. */
-  #sweptAt: number
+  /** Scaled time at which a sweep is next due (one horizon after the last), and the table size at which one is due sooner. */
+  #sweepAtTime: number
   #sweepAtSize = SlotTable.MIN_SLOTS
 
   constructor (options: PaceOptions) {
@@ -119,7 +119,7 @@ export class Pace {
     this.perSecond = perSecond
     this.#now = now
     this.#capacity = UNIT * perSecond
-    this.#sweptAt = now() * perSecond
+    this.#sweepAtTime = now() * perSecond + this.#capacity
   }
 
   /** Keys that currently have a row (spent within the last horizon and not yet swept). */
@@ -136,7 +136,7 @@ export class Pace {
     const perSecond = this.perSecond
     const now = this.#now() * perSecond
     const table = this.#table
-    this.#sweepIfDue(now)
+    if (now >= this.#sweepAtTime) this.#sweep(now)
 
     const slot = table.slot(key)
     const stored = slot === -1 ? now : table.read(slot)
@@ -149,8 +149,12 @@ export class Pace {
     }
     const remaining = Math.floor((SLACK - shortfall) / UNIT)
     if (running) return new Reservation(this, key, table.stamp(slot), table.addCount(slot, after, now), now, true, remaining, 0)
-    if (slot === -1) table.insert(key, after, now)
-    else table.restart(slot, after, now)
+    if (slot !== -1) table.restart(slot, after, now)
+    else {
+      // Only an insert grows the table, so only an insert can find it doubled since the last sweep.
+      if (table.size >= this.#sweepAtSize) this.#sweep(now)
+      table.insert(key, after, now)
+    }
     return new Reservation(this, key, now, 1, now, true, remaining, 0)
   }
 
@@ -205,13 +209,13 @@ export class Pace {
 
   /** Sweeps when the table has doubled since the last sweep or one horizon has passed since it. */
   #sweepIfDue (now: number): void {
-    if (this.#table.size >= this.#sweepAtSize || now - this.#sweptAt >= this.#capacity) this.#sweep(now)
+    if (this.#table.size >= this.#sweepAtSize || now >= this.#sweepAtTime) this.#sweep(now)
   }
 
   /** Deletes the rows that refill has made full. Requires `now` in scaled time. */
   #sweep (now: number): void {
     this.#table.removeAtMost(now + SLACK)
-    this.#sweptAt = now
+    this.#sweepAtTime = now + this.#capacity
     this.#sweepAtSize = Math.max(SlotTable.MIN_SLOTS, this.#table.size * 2)
   }
 }
