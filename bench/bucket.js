@@ -133,7 +133,7 @@ function loopRlf (limiter, keys, order, ops, state) {
 
 /**
  * Runs `contenders` ({ name, run(ops, state) }) in `rounds` interleaved rounds, rotating which goes
- * first. Each contender's round lasts about `settings.roundMs` (its call count is set from two
+ * first. Each contender's round lasts about `settings.roundMs` (its call count is set from
  * unmeasured warm-up rounds), so a slow contender does not stretch the run. Returns ns/op per
  * contender per round, and the calls per round.
  */
@@ -141,9 +141,14 @@ async function interleave (label, contenders, rounds) {
   const states = contenders.map(() => ({ at: 0, count: 0, refused: 0 }))
   const samples = contenders.map(() => [])
   const ops = contenders.map((contender, c) => {
-    contender.run(2000, states[c])
-    const ns = contender.run(5000, states[c])
-    return settings.roundMs === 0 ? 2000 : Math.max(2000, Math.round(settings.roundMs * 1e6 / ns))
+    let count = 2000
+    contender.run(count, states[c])
+    if (settings.roundMs === 0) return count
+    // The first calls include compiling them, so a count set from them alone is far too small (a
+    // round of a few milliseconds, most of it spent warming the caches the other contenders cooled):
+    // the count is set again from each warm-up round until one lasts about roundMs.
+    for (let pass = 0; pass < 3; pass++) count = Math.max(2000, Math.round(settings.roundMs * 1e6 / contender.run(count, states[c])))
+    return count
   })
   for (let round = 0; round < rounds; round++) {
     for (let k = 0; k < contenders.length; k++) {
