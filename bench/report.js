@@ -258,7 +258,10 @@ function instructionsSection (instructions) {
   const of = kind => instructions.results.find(r => r.kind === kind)
   if (of('floor') && of('exchangepace') && of('empty')) {
     const floorRatio = of('floor').ratioToBare
-    out.push('', `Read from the table: the empty hooks add ${Math.round(of('empty').addedPerRequest).toLocaleString('en-US')} instructions (Fastify's hook runners, and for onResponse its response listeners), the two quota headers another ${Math.round(of('floor').instructionsPerRequest - of('empty').instructionsPerRequest).toLocaleString('en-US')}, and exchangepace's own work (the ticket, the declared client id, the reservation, the header values, the onSend hook, the 429 response schema) ${Math.round(of('exchangepace').instructionsPerRequest - of('floor').instructionsPerRequest).toLocaleString('en-US')} beyond the floor. ` +
+    const onResponse = of('onresponse')
+      ? ` Of those, the onResponse hook alone adds ${Math.round(of('onresponse').addedPerRequest).toLocaleString('en-US')}: with one on the route, Fastify attaches its 'finish' and 'error' listeners to every response and removes them after, and reads the clock at both ends, which it does on every route anyway when the server has a logger (here it has none).`
+      : ''
+    out.push('', `Read from the table: the empty hooks add ${Math.round(of('empty').addedPerRequest).toLocaleString('en-US')} instructions (Fastify's hook runners, and for onResponse its response listeners).${onResponse} The two quota headers add another ${Math.round(of('floor').instructionsPerRequest - of('empty').instructionsPerRequest).toLocaleString('en-US')}, and exchangepace's own work (the ticket, the declared client id, the reservation, the header values, the onSend hook, the 429 response schema) ${Math.round(of('exchangepace').instructionsPerRequest - of('floor').instructionsPerRequest).toLocaleString('en-US')} beyond the floor. ` +
       (floorRatio > 1.05
         ? `The floor alone, ${x(floorRatio, 3)} of bare, is over the 1.05x target: no plugin that sends the draft's two headers on every accepted response through Fastify can meet it by this count.`
         : `The floor is ${x(floorRatio, 3)} of bare.`))
