@@ -1,16 +1,16 @@
 import { defaultClock, type Clock } from './pace.js'
 
 /**
- * A call waiting for an answer, which expires unless it is marked `done` within the timeout. Whoever
- * sets `done` first decides: the answer (which sets it) or the deadline (which sets it, then calls
- * `expire`).
+ * A call waiting for an answer. It ends once: answered (`Deadlines.answer` claims it) or expired
+ * (the timeout passed first, and `expire` is called).
  */
 export abstract class Waiting {
-  /** The answer came, or the wait expired. */
+  /** The wait has ended: answered, or expired. */
   done = false
   /** @internal When the wait began, on the deadlines' clock. */
   startedAt = 0
-  /** @internal The wait that began after this one, in the queue. */
+  /** @internal The waits queued before and after this one, while it waits. */
+  previous: Waiting | null = null
   next: Waiting | null = null
 
   /** Called once, when the timeout passed with no answer; `done` is already set. */
@@ -24,11 +24,16 @@ export abstract class Waiting {
  * rest of the wait's bookkeeping together.
  *
  * Invariants:
- * - the queue holds the waits in the order they began, which is the order of their deadlines (one
- *   timeout, a monotonic clock);
- * - a wait leaves the queue only when the check reaches it: answered (its `done` set by the
- *   answer) or due (the check expires it), so an answered wait costs nothing more than its flag;
- * - a check is scheduled exactly while the queue is not empty, for the head's deadline.
+ * - the queue holds exactly the waits that have begun and not ended, in the order they began,
+ *   which is the order of their deadlines (one timeout, a monotonic clock): an answer takes its
+ *   wait out at once, so the queue keeps nothing an answer has released, and its head is the
+ *   oldest unanswered wait;
+ * - while the queue is not empty a check is scheduled, no later than the head's deadline; a check
+ *   finding the head not yet due (it was answered meanwhile) schedules the next for the new head.
+ *
+ * The timer holds the process alive exactly while the queue is not empty, as a timer per wait
+ * would: once every wait has been answered it is unref'd (not cleared, which would cost what the
+ * timer per wait cost), and it is ref'd again when a wait begins before it fires.
  *
  * A check waits for the event loop's current round of socket reads (setImmediate) before it
  * decides, because timers run before them: after a stall (a long GC pause, a sweep of a big table)
@@ -39,48 +44,75 @@ export class Deadlines {
   readonly #now: Clock
   #head: Waiting | null = null
   #tail: Waiting | null = null
+  /** A check is on its way: its timer, then its setImmediate. */
+  #scheduled = false
+  /**
+   * The latest check's timer, set by the first `start`. Once it has fired, ref and unref change
+   * nothing, so they may be called on it whenever the queue fills or empties.
+   */
+  #timer: NodeJS.Timeout | null = null
 
   constructor (timeoutMs: number, now: Clock = defaultClock) {
     this.timeoutMs = timeoutMs
     this.#now = now
   }
 
-  /** Starts `waiting`'s wait: it expires when the timeout passes before its `done` is set. */
+  /** Starts `waiting`'s wait: it expires when the timeout passes before `answer` claims it. */
   start (waiting: Waiting): void {
     waiting.startedAt = this.#now()
-    if (this.#tail === null) {
-      this.#head = waiting
-      this.#schedule(this.timeoutMs)
-    } else {
-      this.#tail.next = waiting
-    }
+    const tail = this.#tail
+    if (tail === null) this.#head = waiting
+    else tail.next = waiting
+    waiting.previous = tail
     this.#tail = waiting
+    if (!this.#scheduled) this.#schedule(this.timeoutMs)
+    else if (tail === null) (this.#timer as NodeJS.Timeout).ref()
+  }
+
+  /** Ends `waiting`'s wait with its answer. False when it had already ended (it expired): the answer came too late. */
+  answer (waiting: Waiting): boolean {
+    if (waiting.done) return false
+    waiting.done = true
+    this.#remove(waiting)
+    if (this.#head === null) (this.#timer as NodeJS.Timeout).unref()
+    return true
+  }
+
+  #remove (waiting: Waiting): void {
+    const { previous, next } = waiting
+    if (previous === null) this.#head = next
+    else previous.next = next
+    if (next === null) this.#tail = previous
+    else next.previous = previous
+    waiting.previous = null
+    waiting.next = null
   }
 
   #schedule (delayMs: number): void {
-    setTimeout(this.#check, delayMs)
+    this.#scheduled = true
+    this.#timer = setTimeout(this.#check, delayMs)
   }
 
   readonly #check = (): void => {
     setImmediate(this.#expireDue)
   }
 
-  /** Drops the answered waits at the head and expires the due ones, then schedules the next check. */
+  /**
+   * Expires the due waits, oldest first, then schedules the next check. Should an `expire` throw,
+   * the error goes on as an uncaught exception would, and the waits after it still get their check.
+   */
   readonly #expireDue = (): void => {
+    this.#scheduled = false
     const now = this.#now()
-    let head = this.#head as Waiting
-    while (head.done || now - head.startedAt >= this.timeoutMs) {
-      const next = head.next
-      head.next = null
-      this.#head = next
-      if (next === null) this.#tail = null
-      if (!head.done) {
+    try {
+      for (let head = this.#head; head !== null && now - head.startedAt >= this.timeoutMs; head = this.#head) {
         head.done = true
+        this.#remove(head)
         head.expire()
       }
-      if (next === null) return
-      head = next
+    } finally {
+      const head = this.#head
+      if (head !== null && !this.#scheduled) this.#schedule(head.startedAt + this.timeoutMs - now)
     }
-    this.#schedule(head.startedAt + this.timeoutMs - now)
   }
 }

@@ -251,22 +251,27 @@ class RedisPace implements SharedPace {
     if (!this.#store._mayTry()) return Promise.resolve(this.#unavailable(key))
     const redisKey = this.#prefix + key
     return new Promise(resolve => {
+      const deadlines = this.#deadlines
       const waiting = new ReserveWaiting(this, key, resolve)
-      this.#deadlines.start(waiting)
-      this.#commands.exchangepaceReserve(redisKey, this.#perSecond).then(reply => {
-        if (waiting.done) {
+      let answering: Promise<ReserveReply>
+      try {
+        answering = this.#commands.exchangepaceReserve(redisKey, this.#perSecond)
+      } catch (err) {
+        this.#failed(key, err as Error, resolve)
+        return
+      }
+      deadlines.start(waiting)
+      answering.then(reply => {
+        if (!deadlines.answer(waiting)) {
           // Too late for its request, which went the unavailable path: give the unit back.
           if (reply[0] === 1) this.giveBack(redisKey, grantOf(reply))
           return
         }
-        waiting.done = true
         this.#store._answered(this.#log)
         if (this.#fellBack) this.#tidyFallback()
         resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], grantOf(reply)) : refusedByRedis(Number(reply[2])))
       }, (err: Error) => {
-        if (waiting.done) return
-        waiting.done = true
-        this.#failed(key, err, resolve)
+        if (deadlines.answer(waiting)) this.#failed(key, err, resolve)
       })
     })
   }

@@ -32,8 +32,7 @@ class Named extends Waiting {
   }
 
   expire (): void {
-    t.equal(this.done, true, 'done is set before expire is called')
-    this.log.push(this.name)
+    this.log.push(this.done ? this.name : `${this.name} (not done)`)
     this.#resolve()
   }
 }
@@ -60,7 +59,11 @@ t.test('an answered wait never expires, and leaves the queue at the next check',
   const log: string[] = []
   const a = new Named('a', log)
   deadlines.start(a)
-  a.done = true
+  t.equal(deadlines.answer(a), true, 'the answer claims the wait')
+  t.equal(deadlines.answer(a), false, 'once')
+  // With no wait left the timer holds nothing alive: this one keeps the test running until the check.
+  const alive = setTimeout(() => {}, 60_000)
+  t.teardown(() => clearTimeout(alive))
   set(5)
   await read()
   t.same(log, [])
@@ -80,7 +83,7 @@ t.test('an answered head is dropped and the next wait keeps its own deadline', a
   set(0.5)
   const b = new Named('b', log)
   deadlines.start(b)
-  a.done = true
+  deadlines.answer(a)
   set(1)
   await read()
   t.same(log, [], 'a answered; b is due at 1.5, not at a\'s deadline')
@@ -90,7 +93,7 @@ t.test('an answered head is dropped and the next wait keeps its own deadline', a
 })
 
 t.test('every due wait expires at one check, in the order they began', async t => {
-  const { clock, set } = testClock()
+  const { clock, set, read } = testClock()
   const deadlines = new Deadlines(TIMEOUT_MS, clock)
   const log: string[] = []
   const waits = ['a', 'b', 'c'].map(name => new Named(name, log))
@@ -98,10 +101,11 @@ t.test('every due wait expires at one check, in the order they began', async t =
     set(i * 0.25)
     deadlines.start(wait)
   }
-  waits[1].done = true
+  deadlines.answer(waits[1])
   set(3)
-  await Promise.all([waits[0].expired, waits[2].expired])
-  t.same(log, ['a', 'c'])
+  await read()
+  t.same(log, ['a', 'c'], 'at the one check that read the clock at 3')
+  t.equal(deadlines.answer(waits[0]), false, 'an answer after the expiry comes too late')
 })
 
 t.test('a wait started by an expiring one is queued and expires in its turn', async t => {
@@ -122,4 +126,100 @@ t.test('a wait started by an expiring one is queued and expires in its turn', as
   set(2)
   await retried.expired
   t.same(log, ['first', 'retried'])
+})
+
+t.test('an answer in the middle of the queue leaves the waits around it their own deadlines', async t => {
+  const { clock, set, read } = testClock()
+  const deadlines = new Deadlines(TIMEOUT_MS, clock)
+  const log: string[] = []
+  const waits = ['a', 'b', 'c', 'd'].map(name => new Named(name, log))
+  for (const [i, wait] of waits.entries()) {
+    set(i * 0.25)
+    deadlines.start(wait)
+  }
+  deadlines.answer(waits[3])
+  deadlines.answer(waits[1])
+  set(1.2)
+  await read()
+  t.same(log, ['a'], 'a is due at 1; c at 1.5')
+  set(1.5)
+  await waits[2].expired
+  const e = new Named('e', log)
+  deadlines.start(e)
+  set(10)
+  await e.expired
+  t.same(log, ['a', 'c', 'e'], 'b and d, answered, never expire')
+})
+
+t.test('a wait started into a queue that an expiring wait left non-empty is checked in its turn', async t => {
+  const { clock, set } = testClock()
+  const deadlines = new Deadlines(TIMEOUT_MS, clock)
+  const log: string[] = []
+  const pending = new Named('pending', log)
+  const retried = new Named('retried', log)
+  class Retrying extends Named {
+    override expire (): void {
+      super.expire()
+      deadlines.start(retried)
+    }
+  }
+  const first = new Retrying('first', log)
+  deadlines.start(first)
+  set(0.5)
+  deadlines.start(pending)
+  set(1)
+  await first.expired
+  set(1.5)
+  await pending.expired
+  set(2)
+  await retried.expired
+  t.same(log, ['first', 'pending', 'retried'])
+})
+
+t.test('the timer holds the process alive while a wait waits, and no longer', async t => {
+  const timers = () => process.getActiveResourcesInfo().filter(resource => resource === 'Timeout').length
+  const { clock, set } = testClock()
+  const deadlines = new Deadlines(TIMEOUT_MS, clock)
+  const before = timers()
+  const a = new Named('a', [])
+  deadlines.start(a)
+  t.equal(timers(), before + 1, 'a wait holds it')
+  deadlines.answer(a)
+  t.equal(timers(), before, 'answered: the timer stays for its check, but holds nothing')
+  const b = new Named('b', [])
+  deadlines.start(b)
+  t.equal(timers(), before + 1, 'a new wait before the check holds it again')
+  set(1)
+  await b.expired
+})
+
+t.test('an expire that throws leaves the waits after it their checks', async t => {
+  const { clock, set } = testClock()
+  const deadlines = new Deadlines(TIMEOUT_MS, clock)
+  const log: string[] = []
+  class Throwing extends Named {
+    override expire (): void {
+      super.expire()
+      throw new Error('a logger that throws')
+    }
+  }
+  const thrown = new Promise<Error>(resolve => {
+    // The error leaves the check as an uncaught exception; tap's own handler would fail the test.
+    const taps = process.rawListeners('uncaughtException')
+    process.removeAllListeners('uncaughtException')
+    process.once('uncaughtException', err => {
+      for (const listener of taps) process.on('uncaughtException', listener as (err: Error) => void)
+      resolve(err)
+    })
+  })
+  const first = new Throwing('first', log)
+  const second = new Named('second', log)
+  deadlines.start(first)
+  set(0.5)
+  deadlines.start(second)
+  set(1)
+  t.equal((await thrown).message, 'a logger that throws')
+  set(2)
+  await second.expired
+  t.same(log, ['first', 'second'])
 })

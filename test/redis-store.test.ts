@@ -17,12 +17,15 @@ class ScriptedClient implements RedisClientLike {
   readonly refunds: string[] = []
   readonly refundedGrants: Array<[run: number, count: number, at: number]> = []
   refundFails = false
+  /** A client that throws instead of returning a promise (none of ioredis's commands should). */
+  reserveThrows = false
 
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void {
     this.scripts.set(name, definition.lua)
   }
 
   exchangepaceReserve (key: string, perSecond: number): Promise<Reply> {
+    if (this.reserveThrows) throw new Error('Connection is closed.')
     return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve, reject }) })
   }
 
@@ -150,6 +153,19 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
   t.ok((await back).granted)
   t.notOk(store.unavailable)
   t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'])
+})
+
+t.test('a client that throws as it is called is a failing Redis too: the request falls back, nothing waits', async t => {
+  const { client, store, local, pace, lines } = setup()
+  client.reserveThrows = true
+  const reservation = await pace.reserve('reporting')
+  t.ok(reservation.granted)
+  t.equal(local.size, 1, 'the unit came from this replica\'s memory')
+  t.ok(store.unavailable)
+  t.same(lines, [['warn', 'exchangepace: Redis store unavailable (Connection is closed.); pacing per replica in memory until it answers again']])
+  await sleep(40)
+  t.equal(local.size, 1, 'no timeout came later to take a second unit for the same request')
+  t.equal(lines.length, 1)
 })
 
 t.test('after an outage, answers from Redis sweep the fallback\'s rows once they have refilled', async t => {
