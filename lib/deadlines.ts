@@ -98,11 +98,12 @@ export class Deadlines {
   }
 
   /**
-   * Expires the due waits, oldest first, then schedules the next check. Should an `expire` throw,
-   * the error goes on as an uncaught exception would, and the waits after it still get their check.
+   * Expires the due waits, oldest first, then schedules the next check for the head. Until then
+   * the check counts as scheduled, so that a wait an `expire` starts schedules nothing of its own
+   * (its check could come after the head's deadline). Should an `expire` throw, the error goes on
+   * as an uncaught exception would, and the waits after it still get their check.
    */
   readonly #expireDue = (): void => {
-    this.#scheduled = false
     const now = this.#now()
     try {
       for (let head = this.#head; head !== null && now - head.startedAt >= this.timeoutMs; head = this.#head) {
@@ -111,8 +112,9 @@ export class Deadlines {
         head.expire()
       }
     } finally {
+      this.#scheduled = false
       const head = this.#head
-      if (head !== null && !this.#scheduled) this.#schedule(head.startedAt + this.timeoutMs - now)
+      if (head !== null) this.#schedule(head.startedAt + this.timeoutMs - now)
     }
   }
 }

@@ -267,9 +267,10 @@ class RedisPace implements SharedPace {
           if (reply[0] === 1) this.giveBack(redisKey, grantOf(reply))
           return
         }
+        // The request first: a logger that throws must not leave it waiting.
+        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], grantOf(reply)) : refusedByRedis(Number(reply[2])))
         this.#store._answered(this.#log)
         if (this.#fellBack) this.#tidyFallback()
-        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], grantOf(reply)) : refusedByRedis(Number(reply[2])))
       }, (err: Error) => {
         if (deadlines.answer(waiting)) this.#failed(key, err, resolve)
       })
@@ -281,10 +282,13 @@ class RedisPace implements SharedPace {
     this.#failed(key, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`), resolve)
   }
 
-  /** Redis failed, or did not answer in time: the request takes the `whenUnavailable` path. */
+  /**
+   * Redis failed, or did not answer in time: the request takes the `whenUnavailable` path, before
+   * the outage is noted and logged (a logger that throws must not leave it waiting).
+   */
   #failed (key: string, err: Error, resolve: (reservation: PaceReservation) => void): void {
-    this.#store._failed(err, this.#log)
     resolve(this.#unavailable(key))
+    this.#store._failed(err, this.#log)
   }
 
   /**

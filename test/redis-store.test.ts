@@ -164,8 +164,48 @@ t.test('a client that throws as it is called is a failing Redis too: the request
   t.ok(store.unavailable)
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (Connection is closed.); pacing per replica in memory until it answers again']])
   await sleep(40)
-  t.equal(local.size, 1, 'no timeout came later to take a second unit for the same request')
+  t.ok(local.reserve('reporting').granted, 'no timeout came later to take the second of the key\'s two units')
   t.equal(lines.length, 1)
+})
+
+/** Replaces tap's listeners for `event` until one `event` comes, and resolves with it. */
+function intercept (event: 'uncaughtException' | 'unhandledRejection'): Promise<unknown> {
+  return new Promise(resolve => {
+    const taps = process.rawListeners(event)
+    process.removeAllListeners(event)
+    process.once(event, (reason: unknown) => {
+      for (const listener of taps) process.on(event, listener as (reason: unknown) => void)
+      resolve(reason)
+    })
+  })
+}
+
+t.test('a logger that throws does not leave the request waiting', async t => {
+  const throwing = { warn () { throw new Error('logger down') }, info () { throw new Error('logger down') }, debug () {} } as unknown as FastifyBaseLogger
+  const logged = () => {
+    const client = new ScriptedClient()
+    const store = new RedisStore({ client, timeoutMs: 20, retryMs: 1 })
+    return { client, pace: store.pace('/token', 2, new Pace({ perSecond: 2, now: () => 0 }), throwing) }
+  }
+
+  const failing = logged()
+  let thrown = intercept('unhandledRejection')
+  const afterError = failing.pace.reserve('a')
+  failing.client.reserves[0].reject(new Error('ECONNREFUSED'))
+  t.ok((await afterError).granted, 'an error from Redis: the request falls back')
+  t.match(await thrown, { message: 'logger down' }, 'and the logger\'s error goes on')
+
+  await sleep(5)
+  thrown = intercept('unhandledRejection')
+  const back = failing.pace.reserve('a')
+  failing.client.reserves[1].resolve([1, 1, '0', 7000, 3, 7500])
+  t.ok((await back).granted, 'Redis answers again: the request has its unit before the line that says so')
+  t.match(await thrown, { message: 'logger down' })
+
+  const silent = logged()
+  thrown = intercept('uncaughtException')
+  t.ok((await silent.pace.reserve('b')).granted, 'no answer in time: the request falls back')
+  t.match(await thrown, { message: 'logger down' })
 })
 
 t.test('after an outage, answers from Redis sweep the fallback\'s rows once they have refilled', async t => {
