@@ -1,5 +1,6 @@
 import t from 'tap'
 import { Deadlines, Waiting } from '../lib/deadlines.js'
+import { intercept } from './helpers/intercept.js'
 
 // The deadlines read a clock the test moves; only their one timer is real. A check that the timer
 // starts before the test has moved the clock finds nothing due and schedules the next, so every
@@ -39,11 +40,28 @@ class Named extends Waiting {
 
 const TIMEOUT_MS = 1
 
-t.test('a wait with no answer expires once the timeout has passed on the clock, and only then', async t => {
+/** Deadlines of TIMEOUT_MS on a test clock, and the log their expired waits write to. */
+function setup () {
   const { clock, set, read } = testClock()
   const deadlines = new Deadlines(TIMEOUT_MS, clock)
   const log: string[] = []
-  const a = new Named('a', log)
+  const named = (name: string) => new Named(name, log)
+  return { deadlines, set, read, log, named }
+}
+
+/** A wait that, as it expires, starts `then`. */
+function retrying (deadlines: Deadlines, log: string[], then: Waiting): Named {
+  return new class extends Named {
+    override expire (): void {
+      super.expire()
+      deadlines.start(then)
+    }
+  }('first', log)
+}
+
+t.test('a wait with no answer expires once the timeout has passed on the clock, and only then', async t => {
+  const { deadlines, set, read, log, named } = setup()
+  const a = named('a')
   deadlines.start(a)
   set(0.5)
   await read()
@@ -54,10 +72,8 @@ t.test('a wait with no answer expires once the timeout has passed on the clock, 
 })
 
 t.test('an answered wait never expires, and leaves the queue at the next check', async t => {
-  const { clock, set, read } = testClock()
-  const deadlines = new Deadlines(TIMEOUT_MS, clock)
-  const log: string[] = []
-  const a = new Named('a', log)
+  const { deadlines, set, read, log, named } = setup()
+  const a = named('a')
   deadlines.start(a)
   t.equal(deadlines.answer(a), true, 'the answer claims the wait')
   t.equal(deadlines.answer(a), false, 'once')
@@ -67,7 +83,7 @@ t.test('an answered wait never expires, and leaves the queue at the next check',
   set(5)
   await read()
   t.same(log, [])
-  const b = new Named('b', log)
+  const b = named('b')
   deadlines.start(b)
   set(6)
   await b.expired
@@ -75,13 +91,11 @@ t.test('an answered wait never expires, and leaves the queue at the next check',
 })
 
 t.test('an answered head is dropped and the next wait keeps its own deadline', async t => {
-  const { clock, set, read } = testClock()
-  const deadlines = new Deadlines(TIMEOUT_MS, clock)
-  const log: string[] = []
-  const a = new Named('a', log)
+  const { deadlines, set, read, log, named } = setup()
+  const a = named('a')
   deadlines.start(a)
   set(0.5)
-  const b = new Named('b', log)
+  const b = named('b')
   deadlines.start(b)
   deadlines.answer(a)
   set(1)
@@ -93,10 +107,8 @@ t.test('an answered head is dropped and the next wait keeps its own deadline', a
 })
 
 t.test('every due wait expires at one check, in the order they began', async t => {
-  const { clock, set, read } = testClock()
-  const deadlines = new Deadlines(TIMEOUT_MS, clock)
-  const log: string[] = []
-  const waits = ['a', 'b', 'c'].map(name => new Named(name, log))
+  const { deadlines, set, read, log, named } = setup()
+  const waits = ['a', 'b', 'c'].map(named)
   for (const [i, wait] of waits.entries()) {
     set(i * 0.25)
     deadlines.start(wait)
@@ -109,17 +121,9 @@ t.test('every due wait expires at one check, in the order they began', async t =
 })
 
 t.test('a wait started by an expiring one is queued and expires in its turn', async t => {
-  const { clock, set } = testClock()
-  const deadlines = new Deadlines(TIMEOUT_MS, clock)
-  const log: string[] = []
-  const retried = new Named('retried', log)
-  class Retrying extends Named {
-    override expire (): void {
-      super.expire()
-      deadlines.start(retried)
-    }
-  }
-  const first = new Retrying('first', log)
+  const { deadlines, set, log, named } = setup()
+  const retried = named('retried')
+  const first = retrying(deadlines, log, retried)
   deadlines.start(first)
   set(1)
   await first.expired
@@ -129,10 +133,8 @@ t.test('a wait started by an expiring one is queued and expires in its turn', as
 })
 
 t.test('an answer in the middle of the queue leaves the waits around it their own deadlines', async t => {
-  const { clock, set, read } = testClock()
-  const deadlines = new Deadlines(TIMEOUT_MS, clock)
-  const log: string[] = []
-  const waits = ['a', 'b', 'c', 'd'].map(name => new Named(name, log))
+  const { deadlines, set, read, log, named } = setup()
+  const waits = ['a', 'b', 'c', 'd'].map(named)
   for (const [i, wait] of waits.entries()) {
     set(i * 0.25)
     deadlines.start(wait)
@@ -144,7 +146,7 @@ t.test('an answer in the middle of the queue leaves the waits around it their ow
   t.same(log, ['a'], 'a is due at 1; c at 1.5')
   set(1.5)
   await waits[2].expired
-  const e = new Named('e', log)
+  const e = named('e')
   deadlines.start(e)
   set(10)
   await e.expired
@@ -152,18 +154,10 @@ t.test('an answer in the middle of the queue leaves the waits around it their ow
 })
 
 t.test('a wait started into a queue that an expiring wait left non-empty is checked in its turn', async t => {
-  const { clock, set } = testClock()
-  const deadlines = new Deadlines(TIMEOUT_MS, clock)
-  const log: string[] = []
-  const pending = new Named('pending', log)
-  const retried = new Named('retried', log)
-  class Retrying extends Named {
-    override expire (): void {
-      super.expire()
-      deadlines.start(retried)
-    }
-  }
-  const first = new Retrying('first', log)
+  const { deadlines, set, log, named } = setup()
+  const pending = named('pending')
+  const retried = named('retried')
+  const first = retrying(deadlines, log, retried)
   deadlines.start(first)
   set(0.5)
   deadlines.start(pending)
@@ -178,15 +172,14 @@ t.test('a wait started into a queue that an expiring wait left non-empty is chec
 
 t.test('the timer holds the process alive while a wait waits, and no longer', async t => {
   const timers = () => process.getActiveResourcesInfo().filter(resource => resource === 'Timeout').length
-  const { clock, set } = testClock()
-  const deadlines = new Deadlines(TIMEOUT_MS, clock)
+  const { deadlines, set, named } = setup()
   const before = timers()
-  const a = new Named('a', [])
+  const a = named('a')
   deadlines.start(a)
   t.equal(timers(), before + 1, 'a wait holds it')
   deadlines.answer(a)
   t.equal(timers(), before, 'answered: the timer stays for its check, but holds nothing')
-  const b = new Named('b', [])
+  const b = named('b')
   deadlines.start(b)
   t.equal(timers(), before + 1, 'a new wait before the check holds it again')
   set(1)
@@ -194,31 +187,22 @@ t.test('the timer holds the process alive while a wait waits, and no longer', as
 })
 
 t.test('an expire that throws leaves the waits after it their checks', async t => {
-  const { clock, set } = testClock()
-  const deadlines = new Deadlines(TIMEOUT_MS, clock)
-  const log: string[] = []
+  const { deadlines, set, log, named } = setup()
   class Throwing extends Named {
     override expire (): void {
       super.expire()
       throw new Error('a logger that throws')
     }
   }
-  const thrown = new Promise<Error>(resolve => {
-    // The error leaves the check as an uncaught exception; tap's own handler would fail the test.
-    const taps = process.rawListeners('uncaughtException')
-    process.removeAllListeners('uncaughtException')
-    process.once('uncaughtException', err => {
-      for (const listener of taps) process.on('uncaughtException', listener as (err: Error) => void)
-      resolve(err)
-    })
-  })
+  // The error leaves the check as an uncaught exception, which tap's own handler would count as a failure.
+  const thrown = intercept('uncaughtException')
   const first = new Throwing('first', log)
-  const second = new Named('second', log)
+  const second = named('second')
   deadlines.start(first)
   set(0.5)
   deadlines.start(second)
   set(1)
-  t.equal((await thrown).message, 'a logger that throws')
+  t.match(await thrown, { message: 'a logger that throws' })
   set(2)
   await second.expired
   t.same(log, ['first', 'second'])

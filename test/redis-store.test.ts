@@ -2,6 +2,7 @@ import t from 'tap'
 import Fastify, { type FastifyBaseLogger } from 'fastify'
 import { setTimeout as sleep } from 'node:timers/promises'
 import exchangePace, { Pace, RedisStore, type PaceStore, type RedisClientLike } from '../lib/index.js'
+import { intercept } from './helpers/intercept.js'
 
 // The store's JavaScript side against a scripted client: every path Redis can take (answers,
 // refusals, errors, silence, late answers) without a server. test/redis-*.test.ts run the Lua
@@ -167,18 +168,6 @@ t.test('a client that throws as it is called is a failing Redis too: the request
   t.ok(local.reserve('reporting').granted, 'no timeout came later to take the second of the key\'s two units')
   t.equal(lines.length, 1)
 })
-
-/** Replaces tap's listeners for `event` until one `event` comes, and resolves with it. */
-function intercept (event: 'uncaughtException' | 'unhandledRejection'): Promise<unknown> {
-  return new Promise(resolve => {
-    const taps = process.rawListeners(event)
-    process.removeAllListeners(event)
-    process.once(event, (reason: unknown) => {
-      for (const listener of taps) process.on(event, listener as (reason: unknown) => void)
-      resolve(reason)
-    })
-  })
-}
 
 t.test('a logger that throws does not leave the request waiting', async t => {
   const throwing = { warn () { throw new Error('logger down') }, info () { throw new Error('logger down') }, debug () {} } as unknown as FastifyBaseLogger
