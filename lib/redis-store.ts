@@ -4,14 +4,14 @@ import type { Pace } from './pace.js'
 import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 /**
- * The pace in Redis, with the in-process Pace's semantics. A key holds one row, as text
- * `full:run:count:last:marks`: the Redis TIME at which the bucket is full again, and for refunds
- * (as in `Pace`) when the run of spending began, the grants counted in it, when the latest came,
- * and which of the 32 latest were refunded (bit i: the grant i before the latest). No
- * key means a full bucket, and every write sets the key to expire at the moment it is full again
- * (PX), so Redis holds only the keys that spent within the last second. Each operation is one
- * script on one key: atomic on the server, no read-then-write from Node, and valid on Redis
- * Cluster. The clock is the server's, so every replica shares it.
+ * The pace in Redis, with the in-process Pace's semantics. A key holds one row of 37 bytes,
+ * `struct.pack(ROW, 1, full, run, count, last, marks)`: a format byte (1), the Redis TIME at which
+ * the bucket is full again, and for refunds (as in `Pace`) when the run of spending began, the
+ * grants counted in it, when the latest came, and which of the 32 latest were refunded (bit i: the
+ * grant i before the latest). No key means a full bucket, and every write sets the key to expire
+ * at the moment it is full again (PX), so Redis holds only the keys that spent within the last
+ * second. Each operation is one script on one key: atomic on the server, no read-then-write from
+ * Node, and valid on Redis Cluster. The clock is the server's, so every replica shares it.
  *
  * Time is counted in microticks: one microsecond of TIME is `rate` microticks, so one unit refills
  * in exactly 1e6 microticks and a bucket holds 1e6 x rate, and a debit or a refund adds or
@@ -19,11 +19,20 @@ import type { PaceReservation, PaceStore, SharedPace } from './store.js'
  * microseconds (71 minutes), which keeps every value an exact integer for integer rates up to 2^21
  * per second; a stored time is never more than one bucket ahead of now (the key expires when it is
  * reached), so its distance to now is read unambiguously from the modular difference, and it is
- * capped at one bucket in case Redis's clock (wall-clock time) steps back. Every number goes to
- * Redis as text formatted with %d: Redis would format a Lua number argument as a 17-digit double,
- * which costs more than the arithmetic. The scripts are straight-line code: a Lua local function
- * is a closure built anew on every call.
+ * capped at one bucket in case Redis's clock (wall-clock time) steps back. The row is binary
+ * (doubles, which hold those integers exactly, and the marks as an unsigned 32-bit integer)
+ * because converting numbers to and from text cost Redis more than the arithmetic; for the same
+ * reason the expiry goes to Redis as text formatted with %d (Redis would format a Lua number
+ * argument as a 17-digit double). A value whose first byte is not 1 (the text rows of earlier
+ * builds, which live at most a second) reads as no row: a full bucket. The scripts are
+ * straight-line code: a Lua local function is a closure built anew on every call.
  */
+/**
+ * A row's layout for Lua's struct library, little-endian: the format byte, then full, run, count
+ * and last as doubles, then the marks as an unsigned 32-bit integer.
+ */
+const ROW = '<BddddI4'
+
 const CLOCK = `
 local rate = tonumber(ARGV[1])
 local wrap = 4294967296 * rate
@@ -35,8 +44,7 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
  * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
  * key whose time has come (or no key) is a full bucket, and a grant on it begins a new run, so the
  * rest of the row is read only when the run goes on. The reply carries the run, the grant's number
- * in it and its time, for the refund. A row without marks (written by a version before them) reads
- * as none refunded; the refund script leaves such a row alone.
+ * in it and its time, for the refund.
  */
 const RESERVE = `${CLOCK}
 local row = redis.call('GET', KEYS[1])
@@ -45,22 +53,21 @@ local after = 1000000
 local run = at
 local count = 1
 local marks = 0
-if row then
-  local colon = string.find(row, ':', 1, true)
-  local spent = (string.sub(row, 1, colon - 1) - now) % wrap
+if row and string.byte(row) == 1 then
+  local _, full, since, grants, last, refunded = struct.unpack('${ROW}', row)
+  local spent = (full - now) % wrap
   if spent > 0 and spent <= wrap / 2 then
-    local since, grants, refunded = string.match(row, '^(%d+):(%d+):%d+:?(%d*)', colon + 1)
     after = math.min(spent, 1000000 * rate) + 1000000
-    run = tonumber(since)
+    run = since
     count = grants + 1
-    if refunded ~= '' then marks = refunded * 2 % 4294967296 end
+    marks = refunded * 2 % 4294967296
   end
 end
 local shortfall = after - 1000000 * rate
 if shortfall > 0.5 then
   return {0, 0, tostring(shortfall / rate / 1000)}
 end
-redis.call('SET', KEYS[1], string.format('%d:%d:%d:%d:%d', math.floor(now + after + 0.5) % wrap, run, count, at, marks), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
+redis.call('SET', KEYS[1], struct.pack('${ROW}', 1, math.floor(now + after + 0.5) % wrap, run, count, at, marks), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
 return {1, math.floor((0.5 - shortfall) / 1000000), '0', run, count, at}
 `
 
@@ -77,13 +84,13 @@ return {1, math.floor((0.5 - shortfall) / 1000000), '0', run, count, at}
  */
 const REFUND = `
 local row = redis.call('GET', KEYS[1])
-if not row then return 0 end
-local full, since, grants, last, marks = string.match(row, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-if since ~= ARGV[2] then return 0 end
+if not row or string.byte(row) ~= 1 then return 0 end
+local _, full, since, grants, last, marks = struct.unpack('${ROW}', row)
+if since ~= tonumber(ARGV[2]) then return 0 end
 local span = 4294967296 * ARGV[1]
 local ahead = (full - last) % span
 local left
-if grants == ARGV[3] then
+if grants == tonumber(ARGV[3]) then
   left = ahead - 1000000
   grants = grants - 1
   marks = math.floor(marks / 2)
@@ -103,7 +110,7 @@ if left <= 0.5 then
   return 1
 end
 if left >= ahead then
-  redis.call('SET', KEYS[1], string.format('%s:%s:%d:%s:%d', full, since, grants, last, marks), 'KEEPTTL')
+  redis.call('SET', KEYS[1], struct.pack('${ROW}', 1, full, since, grants, last, marks), 'KEEPTTL')
   return 1
 end
 ${CLOCK}
@@ -111,7 +118,7 @@ local spent = (last + left - now) % wrap
 if spent == 0 or spent > wrap / 2 then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], string.format('%d:%s:%d:%s:%d', (last + left) % wrap, since, grants, last, marks), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
+  redis.call('SET', KEYS[1], struct.pack('${ROW}', 1, (last + left) % wrap, since, grants, last, marks), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
 end
 return 1
 `

@@ -81,6 +81,22 @@ if (client !== null) {
     const wrap = 2 ** 32 * rate
     return { now: Math.round(((Number(seconds) * 1e6 + Number(micros)) % 2 ** 32) * rate), wrap }
   }
+  /** A row as the scripts write it: the format byte 1, full, run, count and last as doubles, the marks as a uint32, little-endian. */
+  const rowOf = (full: number, run: number, count: number, last: number, marks: number): Buffer => {
+    const row = Buffer.alloc(37)
+    row.writeUInt8(1, 0)
+    row.writeDoubleLE(full, 1)
+    row.writeDoubleLE(run, 9)
+    row.writeDoubleLE(count, 17)
+    row.writeDoubleLE(last, 25)
+    row.writeUInt32LE(marks, 33)
+    return row
+  }
+  /** The row a key holds, as [full, run, count, last, marks]. */
+  const rowAt = async (key: string): Promise<number[] | null> => {
+    const row = await client.getBuffer(key)
+    return row === null ? null : [row.readDoubleLE(1), row.readDoubleLE(9), row.readDoubleLE(17), row.readDoubleLE(25), row.readUInt32LE(33)]
+  }
   const refund = (client as unknown as { exchangepaceRefund (key: string, perSecond: number, run: number, count: number, at: number): Promise<number> }).exchangepaceRefund.bind(client)
   const grantOf = (reservation: unknown): readonly [number, number, number] => (reservation as { grant: readonly [number, number, number] }).grant
 
@@ -111,14 +127,14 @@ if (client !== null) {
     const run = (now - 5 * UNIT + wrap) % wrap
     // 14 grants, the latest now; the row 9 units ahead of it; none refunded.
     const full = (now + 9 * UNIT) % wrap
-    await client.set(key, `${full}:${run}:14:${now}:0`, 'PX', 5000)
+    await client.set(key, rowOf(full, run, 14, now, 0), 'PX', 5000)
     t.equal(await refund(key, 10, run, 5, run), 1)
-    t.equal(await client.get(key), `${full}:${run}:14:${now}:${2 ** 9}`, 'the nine grants after the 5th hold the row where it is; the 5th is marked refunded')
+    t.same(await rowAt(key), [full, run, 14, now, 2 ** 9], 'the nine grants after the 5th hold the row where it is; the 5th is marked refunded')
     t.ok(await client.pttl(key) > 4000, 'a row whose time stays keeps its expiry')
     t.equal(await refund(key, 10, run, 13, now), 1)
-    t.equal(await client.get(key), `${(now + 8 * UNIT) % wrap}:${run}:14:${now}:${2 ** 9 + 2}`, 'one grant after the 13th, at the same moment: one unit back')
+    t.same(await rowAt(key), [(now + 8 * UNIT) % wrap, run, 14, now, 2 ** 9 + 2], 'one grant after the 13th, at the same moment: one unit back')
     t.equal(await refund(key, 10, run, 14, now), 1)
-    t.equal(await client.get(key), `${(now + 7 * UNIT) % wrap}:${run}:13:${now}:${2 ** 8 + 1}`, 'the latest grant: one unit back, one grant fewer counted, the marks one grant nearer')
+    t.same(await rowAt(key), [(now + 7 * UNIT) % wrap, run, 13, now, 2 ** 8 + 1], 'the latest grant: one unit back, one grant fewer counted, the marks one grant nearer')
     const ttl = await client.pttl(key)
     t.ok(ttl > 0 && ttl <= 700, `the key expires when the bucket is full again; PTTL was ${ttl}`)
     await client.del(key)
@@ -130,9 +146,9 @@ if (client !== null) {
     const { now, wrap } = await microticksNow(10)
     const run = (now - 5 * UNIT + wrap) % wrap
     // 14 grants, the latest now, the 12th and 13th refunded; the row 3 units ahead.
-    await client.set(key, `${(now + 3 * UNIT) % wrap}:${run}:14:${now}:${0b110}`, 'PX', 5000)
+    await client.set(key, rowOf((now + 3 * UNIT) % wrap, run, 14, now, 0b110), 'PX', 5000)
     t.equal(await refund(key, 10, run, 11, run), 1)
-    t.equal(await client.get(key), `${(now + 2 * UNIT) % wrap}:${run}:14:${now}:${0b1110}`, 'only the 14th holds it: one unit back (three later grants counted as kept would give none)')
+    t.same(await rowAt(key), [(now + 2 * UNIT) % wrap, run, 14, now, 0b1110], 'only the 14th holds it: one unit back (three later grants counted as kept would give none)')
     await client.del(key)
   })
 
@@ -142,34 +158,35 @@ if (client !== null) {
     const { now, wrap } = await microticksNow(100)
     const run = (now - 5 * UNIT + wrap) % wrap
     // 40 grants, the latest now; the row 5 units ahead; grants 9 to 16 and 32 refunded (bits 24-31 and 8).
-    const row = `${(now + 5 * UNIT) % wrap}:${run}:40:${now}:${0xff000100}`
-    await client.set(key, row, 'PX', 5000)
+    const row = [(now + 5 * UNIT) % wrap, run, 40, now, 0xff000100] as const
+    await client.set(key, rowOf(...row), 'PX', 5000)
     t.equal(await refund(key, 100, run, 1, run), 1)
-    t.equal(await client.get(key), row, 'the 30 later grants still kept hold the row where it is (beyond 32 back, nothing is marked)')
-    await client.set(key, `${(now + 5 * UNIT) % wrap}:${run}:40:${now}:${0xffffffff}`, 'PX', 5000)
+    t.same(await rowAt(key), row, 'the 30 later grants still kept hold the row where it is (beyond 32 back, nothing is marked)')
+    await client.set(key, rowOf((now + 5 * UNIT) % wrap, run, 40, now, 0xffffffff), 'PX', 5000)
     t.equal(await refund(key, 100, run, 33, run), 1)
-    t.equal(await client.get(key), `${(now + 4 * UNIT) % wrap}:${run}:40:${now}:${0xffffffff}`, 'all 7 later grants refunded: one unit back; its own bit was already set and stays set')
+    t.same(await rowAt(key), [(now + 4 * UNIT) % wrap, run, 40, now, 0xffffffff], 'all 7 later grants refunded: one unit back; its own bit was already set and stays set')
     await client.del(key)
   })
 
-  t.test('a row written before refunds were marked is read as none refunded, and a refund leaves it alone', async t => {
-    const { pace, redisKey } = paceOf('unmarked', 10)
+  t.test('a value the scripts did not write (the text row of an earlier build) reads as a full bucket, and a refund leaves it alone', async t => {
+    const { pace, redisKey } = paceOf('foreign', 10)
     const key = redisKey('c')
     const { now, wrap } = await microticksNow(10)
-    const row = `${(now + 2 * UNIT) % wrap}:${now}:2:${now}`
-    await client.set(key, row, 'PX', 5000)
+    const text = `${(now + 9 * UNIT) % wrap}:${now}:9:${now}:0`
+    await client.set(key, text, 'PX', 5000)
     t.equal(await refund(key, 10, now, 1, now), 0)
-    t.equal(await client.get(key), row)
+    t.equal(await client.get(key), text)
     const reservation = await pace.reserve('c')
-    t.same([reservation.granted, grantOf(reservation)[0], grantOf(reservation)[1]], [true, now, 3], 'the run goes on: its third grant')
-    t.match(await client.get(key), new RegExp(`^\\d+:${now}:3:\\d+:0$`), 'written back with no marks')
+    const [run, count, at] = grantOf(reservation)
+    t.same([reservation.granted, reservation.remaining, count, run], [true, 9, 1, at], 'a new run: its first grant, nine units left')
+    t.same(await rowAt(key), [(at + UNIT) % wrap, at, 1, at, 0], 'replaced by the grant\'s row')
     await client.del(key)
   })
 
   t.test('a stored time more than one bucket ahead (Redis\'s clock stepped back) counts as one bucket', async t => {
     const { pace, redisKey } = paceOf('stepped', 10)
     const { now, wrap } = await microticksNow(10)
-    await client.set(redisKey('c'), `${(now + 30 * UNIT) % wrap}:${now}:1:${now}:0`, 'PX', 5000)
+    await client.set(redisKey('c'), rowOf((now + 30 * UNIT) % wrap, now, 1, now, 0), 'PX', 5000)
     const refused = await pace.reserve('c')
     t.equal(refused.granted, false)
     t.ok(refused.retryAfterMs <= 100, `one unit's wait at most, not three seconds: ${refused.retryAfterMs} ms`)
