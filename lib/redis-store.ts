@@ -149,14 +149,6 @@ export interface RedisClientLike {
 type ReserveReply = GrantedReply | [refused: 0, remaining: 0, wait: string]
 type GrantedReply = [granted: 1, remaining: number, wait: '0', run: number, count: number, at: number]
 
-/** A grant as the scripts identify it: the run's start, the grant's number in the run, its time. */
-type Grant = readonly [run: number, count: number, at: number]
-
-/** The grant a granting reply names. */
-function grantOf (reply: GrantedReply): Grant {
-  return [reply[3], reply[4], reply[5]]
-}
-
 /** The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). */
 interface PaceCommands {
   exchangepaceReserve (key: string, perSecond: number): Promise<ReserveReply>
@@ -194,24 +186,25 @@ const OUTAGE: Record<RedisUnavailable, string> = {
 
 const OPEN: PaceReservation = Object.freeze({ granted: true, remaining: 0, retryAfterMs: 0, refund () {} })
 
-/** A unit Redis granted: refunded in Redis, once, without waiting for the answer. */
+/**
+ * A unit Redis granted: refunded in Redis, once, without waiting for the answer. The grant is
+ * named as the scripts name it, in their microticks: the run's start, the grant's number in the
+ * run, and its time, as the reserve script answered.
+ */
 class RedisReservation implements PaceReservation {
   readonly granted = true
-  readonly remaining: number
   readonly retryAfterMs = 0
   #pace: RedisPace | null
 
-  /** `grant` is the run, the grant's number in it and its time, in the scripts' microticks, as the reserve script answered. */
-  constructor (pace: RedisPace, readonly redisKey: string, remaining: number, readonly grant: Grant) {
+  constructor (pace: RedisPace, readonly redisKey: string, readonly remaining: number, readonly run: number, readonly count: number, readonly at: number) {
     this.#pace = pace
-    this.remaining = remaining
   }
 
   refund (): void {
     const pace = this.#pace
     if (pace === null) return
     this.#pace = null
-    pace.giveBack(this.redisKey, this.grant)
+    pace.giveBack(this.redisKey, this.run, this.count, this.at)
   }
 }
 
@@ -271,11 +264,11 @@ class RedisPace implements SharedPace {
       answering.then(reply => {
         if (!deadlines.answer(waiting)) {
           // Too late for its request, which went the unavailable path: give the unit back.
-          if (reply[0] === 1) this.giveBack(redisKey, grantOf(reply))
+          if (reply[0] === 1) this.giveBack(redisKey, reply[3], reply[4], reply[5])
           return
         }
         // The request first: a logger that throws must not leave it waiting.
-        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], grantOf(reply)) : refusedByRedis(Number(reply[2])))
+        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], reply[3], reply[4], reply[5]) : refusedByRedis(Number(reply[2])))
         this.#store._answered(this.#log)
         if (this.#fellBack) this.#tidyFallback()
       }, (err: Error) => {
@@ -299,9 +292,10 @@ class RedisPace implements SharedPace {
   }
 
   /**
-   * Refunds `grant` of `redisKey` in Redis. Nobody waits for it; a failure only leaves it spent.
+   * Refunds grant number `count` of the run of `redisKey` that began at `run`, made at `at`, in
+   * Redis. Nobody waits for it; a failure only leaves it spent.
    */
-  giveBack (redisKey: string, [run, count, at]: Grant): void {
+  giveBack (redisKey: string, run: number, count: number, at: number): void {
     this.#commands.exchangepaceRefund(redisKey, this.#perSecond, run, count, at).catch((err: Error) => {
       this.#log.debug({ err }, 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills')
     })

@@ -98,7 +98,10 @@ if (client !== null) {
     return row === null ? null : [row.readDoubleLE(1), row.readDoubleLE(9), row.readDoubleLE(17), row.readDoubleLE(25), row.readUInt32LE(33)]
   }
   const refund = (client as unknown as { exchangepaceRefund (key: string, perSecond: number, run: number, count: number, at: number): Promise<number> }).exchangepaceRefund.bind(client)
-  const grantOf = (reservation: unknown): readonly [number, number, number] => (reservation as { grant: readonly [number, number, number] }).grant
+  const grantOf = (reservation: unknown): readonly [number, number, number] => {
+    const { run, count, at } = reservation as { run: number, count: number, at: number }
+    return [run, count, at]
+  }
 
   t.test('a reservation carries its run, its number in it and its time; a refund counts only within that run', async t => {
     const { pace, redisKey } = paceOf('run', 3)
@@ -204,7 +207,7 @@ if (client !== null) {
     while (performance.now() < until) {} // the loop stalls; Redis answers meanwhile
     const reservation = await pending
     t.equal(store.unavailable, false)
-    t.ok('grant' in reservation, 'Redis granted it, not the fallback')
+    t.ok('run' in reservation, 'Redis granted it, not the fallback')
     reservation.refund()
   })
 
