@@ -147,7 +147,7 @@ const SCRIPT_CALLS = [
     name: 'exchangepace\'s reserve, then refund (a wrong secret): two script calls',
     call: async client => {
       const reply = await client.exchangepaceReserve(PACE_KEY, NEVER)
-      await client.exchangepaceRefund(PACE_KEY, NEVER, reply[3], reply[4], reply[5])
+      await client.exchangepaceRefund(PACE_KEY, NEVER, reply[1], reply[2], reply[3])
     }
   }
 ]

@@ -43,8 +43,9 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
 /**
  * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
  * key whose time has come (or no key) is a full bucket, and a grant on it begins a new run, so the
- * rest of the row is read only when the run goes on. The reply carries the run, the grant's number
- * in it and its time, for the refund.
+ * rest of the row is read only when the run goes on. The reply is as short as it can be (Redis
+ * converts each number of it to text): refused, the wait in ms as text; granted, the whole units
+ * left and, for the refund, the run, the grant's number in it and its time.
  */
 const RESERVE = `${CLOCK}
 local row = redis.call('GET', KEYS[1])
@@ -65,10 +66,10 @@ if row and string.byte(row) == 1 then
 end
 local shortfall = after - 1000000 * rate
 if shortfall > 0.5 then
-  return {0, 0, tostring(shortfall / rate / 1000)}
+  return tostring(shortfall / rate / 1000)
 end
 redis.call('SET', KEYS[1], struct.pack('${ROW}', 1, math.floor(now + after + 0.5) % wrap, run, count, at, marks), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
-return {1, math.floor((0.5 - shortfall) / 1000000), '0', run, count, at}
+return {math.floor((0.5 - shortfall) / 1000000), run, count, at}
 `
 
 /**
@@ -145,9 +146,8 @@ export interface RedisClientLike {
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void
 }
 
-/** The reserve script's reply: granted with the units left and the grant (its run, its number in it, its time), or refused with the wait in ms. */
-type ReserveReply = GrantedReply | [refused: 0, remaining: 0, wait: string]
-type GrantedReply = [granted: 1, remaining: number, wait: '0', run: number, count: number, at: number]
+/** The reserve script's reply: granted, the units left and the grant (its run, its number in it, its time); refused, the wait in ms. */
+type ReserveReply = [remaining: number, run: number, count: number, at: number] | string
 
 /** The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). */
 interface PaceCommands {
@@ -264,11 +264,11 @@ class RedisPace implements SharedPace {
       answering.then(reply => {
         if (!deadlines.answer(waiting)) {
           // Too late for its request, which went the unavailable path: give the unit back.
-          if (reply[0] === 1) this.giveBack(redisKey, reply[3], reply[4], reply[5])
+          if (typeof reply !== 'string') this.giveBack(redisKey, reply[1], reply[2], reply[3])
           return
         }
         // The request first: a logger that throws must not leave it waiting.
-        resolve(reply[0] === 1 ? new RedisReservation(this, redisKey, reply[1], reply[3], reply[4], reply[5]) : refusedByRedis(Number(reply[2])))
+        resolve(typeof reply === 'string' ? refusedByRedis(Number(reply)) : new RedisReservation(this, redisKey, reply[0], reply[1], reply[2], reply[3]))
         this.#store._answered(this.#log)
         if (this.#fellBack) this.#tidyFallback()
       }, (err: Error) => {

@@ -20,7 +20,7 @@ function onTestClock (script: string): string {
 }
 
 interface ClockedCommands {
-  clockedReserve (key: string, perSecond: number, micros: number): Promise<[number, number, string, number?, number?, number?]>
+  clockedReserve (key: string, perSecond: number, micros: number): Promise<[remaining: number, run: number, count: number, at: number] | string>
   clockedRefund (key: string, perSecond: number, run: number, count: number, at: number, micros: number): Promise<number>
 }
 
@@ -66,13 +66,16 @@ if (client !== null) {
       } else if (operation.op === 'reserve') {
         const lua = await commands.clockedReserve(key(operation.key), perSecond, micros())
         const local = pace.reserve(`k${operation.key}`)
-        if ((lua[0] === 1) !== local.granted || lua[1] !== local.remaining) {
-          throw new Error(`${where}: scripts ${JSON.stringify(lua)}, Pace granted ${local.granted} with ${local.remaining} left`)
+        if (typeof lua === 'string') {
+          if (local.granted || Math.abs(Number(lua) - local.retryAfterMs) > 1e-6) {
+            throw new Error(`${where}: scripts refused, wait ${lua} ms; Pace granted ${local.granted}, wait ${local.retryAfterMs} ms`)
+          }
+        } else {
+          if (!local.granted || lua[0] !== local.remaining) {
+            throw new Error(`${where}: scripts granted ${JSON.stringify(lua)}, Pace granted ${local.granted} with ${local.remaining} left`)
+          }
+          made.push({ key: operation.key, pace: local, grant: [lua[1], lua[2], lua[3]], refunded: false })
         }
-        if (!local.granted && Math.abs(Number(lua[2]) - local.retryAfterMs) > 1e-6) {
-          throw new Error(`${where}: scripts wait ${lua[2]} ms, Pace ${local.retryAfterMs} ms`)
-        }
-        if (local.granted) made.push({ key: operation.key, pace: local, grant: [lua[3] as number, lua[4] as number, lua[5] as number], refunded: false })
       } else if (made.length > 0) {
         const chosen = made[made.length - 1 - (operation.back % made.length)]
         if (chosen.refunded) continue

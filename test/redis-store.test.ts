@@ -8,7 +8,7 @@ import { intercept } from './helpers/intercept.js'
 // refusals, errors, silence, late answers) without a server. test/redis-*.test.ts run the Lua
 // scripts against a real Redis.
 
-type Reply = [1, number, '0', number, number, number] | [0, 0, string]
+type Reply = [remaining: number, run: number, count: number, at: number] | string
 
 interface Call { key: string, perSecond: number, resolve: (reply: Reply) => void, reject: (err: Error) => void }
 
@@ -83,7 +83,7 @@ t.test('the store loads one script per operation and keys buckets as prefix + na
   t.equal(store.scope, 'shared by all replicas (Redis)')
   const reserving = pace.reserve('reporting')
   t.same(client.reserves.map(c => [c.key, c.perSecond]), [['exchangepace:/token:reporting', 2]])
-  client.reserves[0].resolve([1, 1, '0', 7000, 3, 7500])
+  client.reserves[0].resolve([1, 7000, 3, 7500])
   await reserving
 })
 
@@ -96,14 +96,14 @@ t.test('a pace name keeps no ":" in Redis keys, so two paces never share one', a
     store.pace('/clients/:id/100%', 2, local, log).reserve('x')
   ]
   t.same(client.reserves.map(c => c.key), ['exchangepace:/a:b:c', 'exchangepace:/a%3Ab:c', 'exchangepace:/clients/%3Aid/100%25:x'])
-  for (const call of client.reserves) call.resolve([0, 0, '100'])
+  for (const call of client.reserves) call.resolve('100')
   await Promise.all(pending)
 })
 
 t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
   const { client, pace } = setup()
   const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve([1, 1, '0', 7000, 3, 7500])
+  client.reserves[0].resolve([1, 7000, 3, 7500])
   const reservation = await reserving
   t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [true, 1, 0])
   reservation.refund()
@@ -115,7 +115,7 @@ t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
 t.test('a refusal carries Redis\' exact wait and refunds nothing', async t => {
   const { client, pace } = setup()
   const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve([0, 0, '312.5'])
+  client.reserves[0].resolve('312.5')
   const reservation = await reserving
   t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [false, 0, 312.5])
   reservation.refund()
@@ -150,7 +150,7 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
 
   await sleep(40)
   const back = pace.reserve('reporting')
-  client.reserves[2].resolve([1, 1, '0', 7000, 3, 7500])
+  client.reserves[2].resolve([1, 7000, 3, 7500])
   t.ok((await back).granted)
   t.notOk(store.unavailable)
   t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'])
@@ -187,7 +187,7 @@ t.test('a logger that throws does not leave the request waiting', async t => {
   await sleep(5)
   thrown = intercept('unhandledRejection')
   const back = failing.pace.reserve('a')
-  failing.client.reserves[1].resolve([1, 1, '0', 7000, 3, 7500])
+  failing.client.reserves[1].resolve([1, 7000, 3, 7500])
   t.ok((await back).granted, 'Redis answers again: the request has its unit before the line that says so')
   t.match(await thrown, { message: 'logger down' })
 
@@ -205,16 +205,16 @@ t.test('after an outage, answers from Redis sweep the fallback\'s rows once they
   t.equal(local.size, 1, 'a row in memory from the outage')
   await sleep(5)
   const back = pace.reserve('other')
-  client.reserves[1].resolve([1, 1, '0', 7000, 1, 7000])
+  client.reserves[1].resolve([1, 7000, 1, 7000])
   await back
   t.equal(local.size, 1, 'Redis answers again; the row has not refilled yet')
   tick(1000) // one horizon: the row's bucket is full again
   const later = pace.reserve('other')
-  client.reserves[2].resolve([1, 0, '0', 7000, 2, 7100])
+  client.reserves[2].resolve([0, 7000, 2, 7100])
   await later
   t.equal(local.size, 0, 'swept, with no request reserving from the fallback')
   const after = pace.reserve('other')
-  client.reserves[3].resolve([1, 0, '0', 7000, 3, 7200])
+  client.reserves[3].resolve([0, 7000, 3, 7200])
   await after
   t.equal(local.size, 0)
 })
@@ -225,7 +225,7 @@ t.test('a Redis slower than timeoutMs does not hold the request; its late grant 
   t.ok(reservation.granted)
   t.equal(local.size, 1, 'the request went the fallback path')
   t.ok(store.unavailable)
-  client.reserves[0].resolve([1, 1, '0', 7000, 3, 7500])
+  client.reserves[0].resolve([1, 7000, 3, 7500])
   await sleep(0)
   t.same(client.refunds, ['exchangepace:/token:reporting'], 'the unit Redis granted too late is refunded')
   t.same(client.refundedGrants, [[7000, 3, 7500]])
@@ -234,7 +234,7 @@ t.test('a Redis slower than timeoutMs does not hold the request; its late grant 
 t.test('a late refusal or a late error after the timeout changes nothing', async t => {
   const { client, pace } = setup({ retryMs: 1 })
   await pace.reserve('a')
-  client.reserves[0].resolve([0, 0, '10'])
+  client.reserves[0].resolve('10')
   await sleep(5)
   await pace.reserve('b')
   client.reserves[1].reject(new Error('late'))
@@ -246,7 +246,7 @@ t.test('a refund that cannot reach Redis is logged at debug level and leaves the
   const { client, pace, lines } = setup()
   client.refundFails = true
   const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve([1, 0, '0', 7000, 3, 7500])
+  client.reserves[0].resolve([0, 7000, 3, 7500])
   ;(await reserving).refund()
   await sleep(0)
   t.same(lines, [['debug', 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills']])
@@ -282,7 +282,7 @@ t.test('the plugin waits for a shared store and continues with the next pace', a
   const answering = setInterval(() => {
     for (const call of client.reserves.splice(0)) {
       asked.push(call.key)
-      call.resolve([1, 4, '0', 7000, 3, 7500])
+      call.resolve([4, 7000, 3, 7500])
     }
   }, 1)
   t.teardown(() => clearInterval(answering))
