@@ -4,6 +4,12 @@ import type { Pace } from './pace.js'
 import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 /**
+ * A row's layout for Lua's struct library, little-endian: the format byte, then full, run, count
+ * and last as doubles, then the marks as an unsigned 32-bit integer.
+ */
+const ROW = '<BddddI4'
+
+/**
  * The pace in Redis, with the in-process Pace's semantics. A key holds one row of 37 bytes,
  * `struct.pack(ROW, 1, full, run, count, last, marks)`: a format byte (1), the Redis TIME at which
  * the bucket is full again, and for refunds (as in `Pace`) when the run of spending began, the
@@ -23,16 +29,11 @@ import type { PaceReservation, PaceStore, SharedPace } from './store.js'
  * (doubles, which hold those integers exactly, and the marks as an unsigned 32-bit integer)
  * because converting numbers to and from text cost Redis more than the arithmetic; for the same
  * reason the expiry goes to Redis as text formatted with %d (Redis would format a Lua number
- * argument as a 17-digit double). A value whose first byte is not 1 (the text rows of earlier
- * builds, which live at most a second) reads as no row: a full bucket. The scripts are
+ * argument as a 17-digit double). A value not in this format (not 37 bytes, or not starting with
+ * the format byte, such as the text rows of earlier builds, which live at most a second) reads as
+ * no row: a full bucket. The scripts are
  * straight-line code: a Lua local function is a closure built anew on every call.
  */
-/**
- * A row's layout for Lua's struct library, little-endian: the format byte, then full, run, count
- * and last as doubles, then the marks as an unsigned 32-bit integer.
- */
-const ROW = '<BddddI4'
-
 const CLOCK = `
 local rate = tonumber(ARGV[1])
 local wrap = 4294967296 * rate
@@ -42,7 +43,7 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
 
 /**
  * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
- * key whose time has come (or no key) is a full bucket, and a grant on it begins a new run, so the
+ * key whose time has come (or no key, or a value not in the row's format) is a full bucket, and a grant on it begins a new run, so the
  * rest of the row is read only when the run goes on. The reply is as short as it can be (Redis
  * converts each number of it to text): refused, the wait in ms as text; granted, the whole units
  * left and, for the refund, the run, the grant's number in it and its time.
@@ -54,7 +55,7 @@ local after = 1000000
 local run = at
 local count = 1
 local marks = 0
-if row and string.byte(row) == 1 then
+if row and #row == 37 and string.byte(row) == 1 then
   local _, full, since, grants, last, refunded = struct.unpack('${ROW}', row)
   local spent = (full - now) % wrap
   if spent > 0 and spent <= wrap / 2 then
@@ -75,7 +76,8 @@ return {math.floor((0.5 - shortfall) / 1000000), run, count, at}
 /**
  * Gives back grant number ARGV[3] of the run that began at ARGV[2], made at ARGV[4], by
  * `Pace._giveBack`'s rule, counted from the latest grant (`ahead`: how far the stored time is past
- * it): nothing once the run is over; the run's latest grant gives its unit and uncounts; any other
+ * it): nothing once the run is over (no key, a value not in the row's format, or another run); the
+ * run's latest grant gives its unit and uncounts; any other
  * gives what the later grants still kept leave room for, and is marked refunded (the marks are
  * counted byte by byte: LuaBitOp's operations take doubles, and a multiplication that spreads the
  * bytes' sums would pass 2^51, where it stops reading them exactly). A key left at or
@@ -85,7 +87,7 @@ return {math.floor((0.5 - shortfall) / 1000000), run, count, at}
  */
 const REFUND = `
 local row = redis.call('GET', KEYS[1])
-if not row or string.byte(row) ~= 1 then return 0 end
+if not row or #row ~= 37 or string.byte(row) ~= 1 then return 0 end
 local _, full, since, grants, last, marks = struct.unpack('${ROW}', row)
 if since ~= tonumber(ARGV[2]) then return 0 end
 local span = 4294967296 * ARGV[1]

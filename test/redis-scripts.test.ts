@@ -176,13 +176,16 @@ if (client !== null) {
     const key = redisKey('c')
     const { now, wrap } = await microticksNow(10)
     const text = `${(now + 9 * UNIT) % wrap}:${now}:9:${now}:0`
-    await client.set(key, text, 'PX', 5000)
-    t.equal(await refund(key, 10, now, 1, now), 0)
-    t.equal(await client.get(key), text)
-    const reservation = await pace.reserve('c')
-    const [run, count, at] = grantOf(reservation)
-    t.same([reservation.granted, reservation.remaining, count, run], [true, 9, 1, at], 'a new run: its first grant, nine units left')
-    t.same(await rowAt(key), [(at + UNIT) % wrap, at, 1, at, 0], 'replaced by the grant\'s row')
+    const short = Buffer.from([1, 2, 3])
+    for (const foreign of [text, short, Buffer.concat([rowOf((now + 9 * UNIT) % wrap, now, 9, now, 0), short])]) {
+      await client.set(key, foreign, 'PX', 5000)
+      t.equal(await refund(key, 10, now, 1, now), 0)
+      t.same(await client.getBuffer(key), Buffer.from(foreign), 'the refund leaves it as it was')
+      const reservation = await pace.reserve('c')
+      const [run, count, at] = grantOf(reservation)
+      t.same([reservation.granted, reservation.remaining, count, run], [true, 9, 1, at], 'a new run: its first grant, nine units left')
+      t.same(await rowAt(key), [(at + UNIT) % wrap, at, 1, at, 0], 'replaced by the grant\'s row')
+    }
     await client.del(key)
   })
 
