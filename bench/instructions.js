@@ -10,8 +10,12 @@
 // Each server (bench/http-server.js <kind>, started under `valgrind --tool=callgrind`) first
 // answers `warmup` requests twice (so that its code is optimized as it would be under load), then
 // callgrind's counters are zeroed (`callgrind_control -z`), `requests` more are sent (autocannon, 4
-// connections, the token route with the right secret), and the counters are dumped. Two servers
-// run at a time, one per core. The Redis stores (when a Redis answers) are counted too: only the
+// connections, the token route with the right secret), and the counters are dumped. One server
+// runs at a time: how many requests a server takes from its sockets per turn of its event loop,
+// and so what each request pays for the turn, depends on how fast the load generator keeps up,
+// and with two servers under callgrind beside it on two cores that depended on the scheduler (on
+// a busy day the Redis store counted 271,000 instructions per request two at a time, and 208,000
+// alone in two runs of 5,000 requests). The Redis stores (when a Redis answers) are counted too: only the
 // Node process's instructions, not Redis's.
 //
 // Then Redis's side: a redis-server of its own (a spare loopback port, nothing kept on disk) under
@@ -202,20 +206,15 @@ if (valgrind === null) {
   const kinds = settings.kinds.filter(kind => !kind.endsWith('-redis') || redis.unreachable === undefined)
   if (kinds.length < settings.kinds.length) log(`instructions: no Redis at ${REDIS_URL} (${redis.unreachable}): the Redis stores are left out`)
   try {
-    const queue = [...kinds]
-    const worker = async () => {
-      for (let kind = queue.shift(); kind !== undefined; kind = queue.shift()) {
-        log(`  instructions: ${NAMES[kind]} under callgrind (${settings.warmup} x 2 requests to warm up, ${settings.requests} counted)`)
-        results.push(await count(kind, dir))
-      }
+    for (const kind of kinds) {
+      log(`  instructions: ${NAMES[kind]} under callgrind (${settings.warmup} x 2 requests to warm up, ${settings.requests} counted)`)
+      results.push(await count(kind, dir))
     }
-    await Promise.all([worker(), worker()])
     if (redisServer === null) log('instructions: redis-server is not installed: Redis\'s side of the scripts is left out')
     else redisScripts = await countRedisScripts(dir)
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
-  results.sort((a, b) => settings.kinds.indexOf(a.kind) - settings.kinds.indexOf(b.kind))
   const bare = results.find(r => r.kind === 'bare').instructionsPerRequest
   for (const r of results) {
     r.ratioToBare = r.instructionsPerRequest / bare
