@@ -15,8 +15,8 @@
 // and so what each request pays for the turn, depends on how fast the load generator keeps up,
 // and with two servers under callgrind beside it on two cores that depended on the scheduler (on
 // a busy day the Redis store counted 271,000 instructions per request two at a time, and 208,000
-// alone in two runs of 5,000 requests). The Redis stores (when a Redis answers) are counted too: only the
-// Node process's instructions, not Redis's.
+// alone in two runs of 5,000 requests). The Redis stores (when a Redis answers) are counted too:
+// only the Node process's instructions, not Redis's.
 //
 // Then Redis's side: a redis-server of its own (a spare loopback port, nothing kept on disk) under
 // callgrind, and each script called `scriptCalls` times on one key, 16 calls in flight, through
