@@ -31,8 +31,8 @@ const ROW = '<BddddI4'
  * reason the expiry goes to Redis as text formatted with %d (Redis would format a Lua number
  * argument as a 17-digit double). A value not in this format (not 37 bytes, or not starting with
  * the format byte, such as the text rows of earlier builds, which live at most a second) reads as
- * no row: a full bucket. The scripts are
- * straight-line code: a Lua local function is a closure built anew on every call.
+ * no row: a full bucket. The scripts are straight-line code: a Lua local function is a closure
+ * built anew on every call.
  */
 const CLOCK = `
 local rate = tonumber(ARGV[1])
@@ -43,8 +43,8 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
 
 /**
  * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
- * key whose time has come (or no key, or a value not in the row's format) is a full bucket, and a grant on it begins a new run, so the
- * rest of the row is read only when the run goes on. The reply is as short as it can be (Redis
+ * key whose time has come (or no key, or a value not in the row's format) is a full bucket, and a
+ * grant on it begins a new run, so the rest of the row is read only when the run goes on. The reply is as short as it can be (Redis
  * converts each number of it to text): refused, the wait in ms as text; granted, the whole units
  * left and, for the refund, the run, the grant's number in it and its time.
  */
@@ -77,13 +77,12 @@ return {math.floor((0.5 - shortfall) / 1000000), run, count, at}
  * Gives back grant number ARGV[3] of the run that began at ARGV[2], made at ARGV[4], by
  * `Pace._giveBack`'s rule, counted from the latest grant (`ahead`: how far the stored time is past
  * it): nothing once the run is over (no key, a value not in the row's format, or another run); the
- * run's latest grant gives its unit and uncounts; any other
- * gives what the later grants still kept leave room for, and is marked refunded (the marks are
- * counted byte by byte: LuaBitOp's operations take doubles, and a multiplication that spreads the
- * bytes' sums would pass 2^51, where it stops reading them exactly). A key left at or
- * before the latest grant is full and goes without a reading of the clock (a stranger's rejected
- * exchange); one whose time stays keeps its expiry (only the mark changes); one that moves is
- * written with the expiry its new time calls for.
+ * run's latest grant gives its unit and uncounts; any other gives what the later grants still kept
+ * leave room for, and is marked refunded (the marks are counted byte by byte: LuaBitOp's
+ * operations take doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where
+ * it stops reading them exactly). A key left at or before the latest grant is full and goes without
+ * a reading of the clock (a stranger's rejected exchange); one whose time stays keeps its expiry
+ * (only the mark changes); one that moves is written with the expiry its new time calls for.
  */
 const REFUND = `
 local row = redis.call('GET', KEYS[1])
