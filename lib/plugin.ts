@@ -72,8 +72,8 @@ interface BoundPace {
 /**
  * The paces one hook reserves. `commits`: every one of them is a source pace spent on every
  * request, and they are all the route has, so nothing can ever be refunded and every quota is
- * public: the hook writes the quota headers and commits at once, and the route needs no onSend or
- * onResponse (the authorization endpoint's shape).
+ * public: the hook writes the quota headers and commits at once, and the route needs no onSend
+ * (the authorization endpoint's shape).
  */
 interface ReserveStep {
   readonly paces: readonly BoundPace[]
@@ -86,6 +86,13 @@ interface Holding extends HeldReservation {
 }
 
 const DEFAULTS = { ipv6Subnet: 64, maxKeyLength: 255 }
+
+/**
+ * The source key of a request without a source address: Fastify leaves `request.ip` undefined on
+ * a Unix socket (unless it trusts every proxy). Such requests share one bucket per pace, as they
+ * come through one peer; failing them would take the route down.
+ */
+const NO_ADDRESS = 'unknown'
 
 function checkOptions (options: ExchangePaceOptions): Required<Pick<ExchangePaceOptions, 'ipv6Subnet' | 'maxKeyLength'>> {
   const { now, ipv6Subnet = DEFAULTS.ipv6Subnet, maxKeyLength = DEFAULTS.maxKeyLength, errorResponseBuilder } = options
@@ -172,11 +179,16 @@ function writeQuota (reply: FastifyReply, held: readonly Holding[], showPrivate:
   if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
 }
 
+/**
+ * The 400 for a malformed key declaration, serialized here: the route's own response schema (a
+ * 400 or 4xx written for its validation errors) must not strip or reject the OAuth error body.
+ */
 function sendInvalidRequest (reply: FastifyReply, description: string): void {
   reply.code(400)
     .header('cache-control', 'no-store')
     .header('pragma', 'no-cache')
-    .send({ error: 'invalid_request', error_description: description })
+    .type('application/json; charset=utf-8')
+    .send(JSON.stringify({ error: 'invalid_request', error_description: description }))
 }
 
 function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOptions, done: (err?: Error) => void): void {
@@ -195,7 +207,16 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
 
   const readClient = (request: FastifyRequest): string | undefined =>
     declaredClientId(request.headers.authorization, request.body, maxKeyLength)
-  const readSource = (request: FastifyRequest): string => sourceKey(request.ip, ipv6Subnet)
+  let warnedNoAddress = false
+  const readSource = (request: FastifyRequest): string => {
+    const address = request.ip as string | undefined
+    if (address !== undefined) return sourceKey(address, ipv6Subnet)
+    if (!warnedNoAddress) {
+      warnedNoAddress = true
+      fastify.log.warn(`exchangepace: a request has no source address (request.ip is undefined, as on a Unix socket): every such request is paced by source as one, under the key ${JSON.stringify(NO_ADDRESS)}. To pace clients apart there, give the pace a key function that reads the address your proxy forwards.`)
+    }
+    return NO_ADDRESS
+  }
 
   function bind (rule: PaceRule, route: string): BoundPace {
     const pace = registry._declare(rule, route)
@@ -214,11 +235,22 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     return {
       rule,
       pace,
-      shared: options.store?.pace(rule.name, rule.perSecond, pace, fastify.log) ?? null,
+      shared: sharedPace(rule, pace, route),
       readKey,
       public: key === 'source',
       policyItem: `${sfString(rule.name)};${quotaPolicy(rule.perSecond)}`,
       quotaPrefix: `${sfString(rule.name)};r=`
+    }
+  }
+
+  /** The store's pace for `rule`, or null without a store. A pace the store refuses fails the route, named. */
+  function sharedPace (rule: PaceRule, pace: Pace, route: string): SharedPace | null {
+    if (options.store === undefined) return null
+    try {
+      return options.store.pace(rule.name, rule.perSecond, pace, fastify.log)
+    } catch (err) {
+      const reason = err instanceof Error ? err.message.replace(/^exchangepace: /, '') : String(err)
+      throw new TypeError(`exchangepace: route ${route}: ${reason}`, { cause: err })
     }
   }
 
@@ -303,23 +335,20 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   }
 
   /**
-   * onSend: the quota headers, now that the outcome is final (a refusal wrote its own). A client
-   * that hung up gets no onResponse (the response never finishes), whether it left while its body
-   * was arriving (Fastify's onRequestAbort) or after: every response passes here, so the ticket
-   * settles here when the socket is already gone, by the same rule as in onResponse.
+   * onSend, the last of the route's: the quota headers and the settlement, now that the handler has
+   * answered and the outcome is final (a refusal wrote its own headers). Every answer passes here
+   * once, and only after the handler's: not onResponse, which a client decides. A client that
+   * hangs up, or stops reading, never lets a response finish (a response queued behind another on
+   * its connection included), so onResponse never comes; and Node finishes an HTTP/2 response the
+   * client reset at once, while the handler is still checking the secret.
    */
   function beforeSend (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
     const ticket = request.pace as PaceTicket<Holding> | null
     if (ticket !== null) {
       if (!ticket.refused) writeQuota(reply, ticket.held, ticket.outcome === 'accepted', null)
-      if (reply.raw.destroyed) ticket._settle()
+      ticket._settle()
     }
     next(null, payload)
-  }
-
-  function settle (request: FastifyRequest, _reply: FastifyReply, next: HookHandlerDoneFunction): void {
-    request.pace?._settle()
-    next()
   }
 
   fastify.addHook('onRoute', (routeOptions: RouteOptions) => {
@@ -340,7 +369,6 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       const step: ReserveStep = { paces: late, commits: false }
       routeOptions.preHandler = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.preHandler)]
       routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
-      routeOptions.onResponse = [settle, ...hookList(routeOptions.onResponse)]
     }
     routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store)
   })
@@ -368,7 +396,7 @@ function trustsEveryProxy (fastify: FastifyInstance): boolean {
   return optionsKey !== undefined && (fastify as unknown as Record<symbol, { trustProxy?: unknown }>)[optionsKey].trustProxy === true
 }
 
-/** A route's hooks of one kind as a new array, so the caller's own array is never modified. */
+/** A route's hooks of one kind as an array (the route's own, when it gave one): callers spread it into a new one. */
 function hookList<T> (hooks: T | T[] | undefined): T[] {
   if (hooks === undefined) return []
   return Array.isArray(hooks) ? hooks : [hooks]

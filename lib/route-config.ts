@@ -83,6 +83,9 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
       fail(`${at}.name`, 'a non-empty string of printable ASCII', name)
     }
     const defaultName = list.length === 1 ? url : `${url}#${typeof key === 'string' ? key : 'key'}`
+    if (name === undefined && !PRINTABLE_ASCII.test(defaultName)) {
+      fail(`${at}.name`, `given when the route's URL is not printable ASCII (the default name, ${JSON.stringify(defaultName)}, would go into headers)`, name)
+    }
     return {
       name: (name as string | undefined) ?? defaultName,
       perSecond: perSecond as number,

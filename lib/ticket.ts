@@ -20,11 +20,12 @@ export interface HeldReservation {
  * `request.pace` on a paced route: what the request holds and the outcome the handler reports.
  *
  * Settlement happens once. At settlement, when the outcome is `'rejected'`, every reservation spent
- * `'accepted'` is refunded; everything else stays spent. The plugin settles when the response has
- * been sent (onResponse), or, when the client went away before it (no onResponse then), as the
- * response is handed to the dead socket (onSend): otherwise a stranger could hang up before the
- * answer to make a failed exchange count against the client it named. A ticket that is never
- * settled keeps its units spent.
+ * `'accepted'` is refunded; everything else stays spent. The plugin settles as the handler's answer
+ * is handed to the connection (its onSend hook, the route's last), whether or not the client is
+ * still there to read it: settling when the response finishes (onResponse) would let a stranger
+ * decide, by hanging up or resetting an HTTP/2 stream, whether a failed exchange counts against the
+ * client it named. A ticket that is never settled (no answer, or a hijacked reply) keeps its units
+ * spent.
  */
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** The units this request holds, in the order they were taken. */

@@ -1,4 +1,7 @@
 import t from 'tap'
+import http from 'node:http'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { Writable } from 'node:stream'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import exchangePace, { InvalidRequest, type PaceRouteOptions } from '../lib/index.js'
@@ -88,6 +91,25 @@ t.test('every malformed declaration is a 400 invalid_request, not cached, that r
   }
   t.equal(handled(), 0, 'the handler never ran')
   t.equal(app.pace.get('/token')!.size, 0, 'nothing stored')
+})
+
+t.test('the 400 keeps its OAuth body whatever response schema the route declares for its own errors', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    app.post('/stripped', {
+      config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } },
+      schema: { response: { 400: { type: 'object', properties: { message: { type: 'string' } } } } }
+    }, async () => ({ ok: true }))
+    app.post('/required', {
+      config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } },
+      schema: { response: { '4xx': { type: 'object', required: ['statusCode'], properties: { statusCode: { type: 'number' } } } } }
+    }, async () => ({ ok: true }))
+  })
+  for (const url of ['/stripped', '/required']) {
+    const response = await app.inject({ method: 'POST', url, ...form(['client_id', 'a'], ['client_id', 'b']) })
+    t.equal(response.statusCode, 400, url)
+    t.equal(response.headers['content-type'], 'application/json; charset=utf-8', url)
+    t.same(response.json(), { error: 'invalid_request', error_description: 'client_id is repeated' }, url)
+  }
 })
 
 t.test('a malformed declaration gives back what an earlier pace of the same hook took', async t => {
@@ -285,6 +307,29 @@ t.test('no warning without trustProxy: true, or without a source pace', async t 
     }, { ...server, logger: capture(lines) })
     t.equal(lines.filter(line => TRUST_WARNING.test(String(line.msg))).length, 0, JSON.stringify(server))
   }
+})
+
+t.test('on a Unix socket, where request.ip is undefined, requests share one source key, with one warning', async t => {
+  const lines: Array<Record<string, unknown>> = []
+  const app = await build(t, { now: () => 0 }, app => {
+    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
+  }, { logger: capture(lines) })
+  const path = join(tmpdir(), `exchangepace-test-${process.pid}.sock`)
+  await app.listen({ path })
+  const get = () => new Promise<{ status: number, body: string }>((resolve, reject) => {
+    http.get({ socketPath: path, path: '/authorize' }, response => {
+      let body = ''
+      response.on('data', chunk => { body += String(chunk) })
+      response.on('end', () => resolve({ status: response.statusCode!, body }))
+    }).on('error', reject)
+  })
+  const first = await get()
+  t.equal(first.status, 200)
+  t.same(JSON.parse(first.body), { key: 'unknown' })
+  t.equal((await get()).status, 200)
+  t.equal((await get()).status, 429, 'the third request in the same instant: one bucket of 2 for all of them')
+  const warnings = lines.filter(line => /no source address/.test(String(line.msg)))
+  t.equal(warnings.length, 1, 'warned once, not per request')
 })
 
 t.test('with trustProxy, the source is the forwarded address a proxy wrote', async t => {

@@ -85,6 +85,7 @@ t.test('routes without config.pace get no hooks at all; paced routes keep their 
     }, ok)
     app.post('/paced-accepted', {
       config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } },
+      onSend: [ownOnSend],
       onRequestAbort: [(_request, done) => done()],
       onResponse: [(_request, _reply, done) => done()]
     }, ok)
@@ -102,11 +103,12 @@ t.test('routes without config.pace get no hooks at all; paced routes keep their 
   t.equal(token.onSend, ownOnSend, 'only source paces spent on every request: the quota headers are written as they are taken, no onSend')
   t.type(token.onResponse, 'function', 'and nothing to settle later: the route\'s own onResponse as given')
   const accepted = seen.get('POST /paced-accepted')!
-  t.equal((accepted.onSend as unknown[]).length, 1, 'a client pace: the quota headers in onSend, once the outcome is known')
+  t.equal((accepted.onSend as unknown[]).length, 2, 'a client pace: the route\'s own onSend, then the quota headers and the settlement, once the outcome is known')
+  t.equal((accepted.onSend as unknown[])[0], ownOnSend)
   t.type(token.onRequestAbort, 'function', 'the route\'s onRequestAbort as given: hang-ups settle in onSend')
   t.type(seen.get('POST /paced-accepted')!.onRequestAbort, 'array', 'as given')
   t.equal((seen.get('POST /paced-accepted')!.onRequestAbort as unknown[]).length, 1)
-  t.equal((seen.get('POST /paced-accepted')!.onResponse as unknown[]).length, 2, 'settlement, then the route\'s own array of hooks')
+  t.equal((seen.get('POST /paced-accepted')!.onResponse as unknown[]).length, 1, 'the route\'s own onResponse hooks as given: settlement is in onSend')
 
   await app.inject({ method: 'POST', url: '/token' })
   t.same(calls, ['onRequest', 'preHandler', 'onSend', 'onResponse'], 'the route\'s own hooks all ran')
@@ -141,6 +143,13 @@ t.test('route config errors name the route, the option and the value', async t =
     const app = await paced(t)
     t.throws(() => app.post('/token', { config: { pace: pace as PaceRouteOptions } }, ok), { name: 'TypeError', message: `exchangepace: ${message}` })
   }
+  const app = await paced(t)
+  t.throws(() => app.get('/jeton-é', { config: { pace: { perSecond: 10, key: 'source', spend: 'every' } } }, ok), {
+    name: 'TypeError',
+    message: 'exchangepace: route GET /jeton-é: config.pace.name must be given when the route\'s URL is not printable ASCII (the default name, "/jeton-é", would go into headers), got undefined'
+  })
+  app.get('/jeton-%C3%A9', { config: { pace: { perSecond: 10, key: 'source', spend: 'every', name: 'jeton' } } }, ok)
+  t.ok(app.pace.get('jeton'), 'a name of its own serves such a route')
 })
 
 t.test('a route with several methods is named by all of them in errors', async t => {

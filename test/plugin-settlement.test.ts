@@ -1,7 +1,8 @@
 import t from 'tap'
 import http from 'node:http'
-import type { AddressInfo } from 'node:net'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import http2 from 'node:http2'
+import { connect, type AddressInfo, type Socket } from 'node:net'
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import type { PaceOutcome, PaceRouteOptions, PaceTicket } from '../lib/index.js'
 import { build, form, tick, type TapTest } from './shared-behaviour.js'
 
@@ -195,7 +196,7 @@ t.test('a request answered before the preHandler reserves nothing on a client pa
   t.equal(app.pace.get('/blocked')!.size, 0)
 })
 
-t.test('the outcome set after the response changes nothing: settlement happened once, at onResponse', async t => {
+t.test('the outcome set after the response changes nothing: settlement happened once, as the answer was sent', async t => {
   let ticket: PaceTicket | null = null
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { config: { pace: CLIENT_1 } }, async (request) => {
@@ -392,4 +393,68 @@ t.test('over a real socket: an ordinary exchange gets its quota headers and sett
   t.equal(response.status, 200)
   t.equal(response.headers.get('ratelimit'), '"/token";r=1;t=1')
   t.same(await response.json(), { ok: true })
+})
+
+t.test('over a real socket: a rejected exchange queued behind another response, then abandoned, is refunded', async t => {
+  // Its response waits behind the slow one on the same connection: the socket is alive as it
+  // passes onSend, and once the client hangs up the response never finishes (no onResponse).
+  const slow = deferred()
+  const answered = deferred<PaceTicket>()
+  const app = await build(t, { now: () => 0 }, app => {
+    app.get('/slow', async () => { await slow.promise; return 'slow' })
+    app.post('/token', { config: { pace: CLIENT_1 } }, async (request, reply) => {
+      request.pace!.outcome = 'rejected'
+      reply.code(401).send({ error: 'invalid_client' })
+      answered.resolve(request.pace!)
+      return reply
+    })
+  })
+  const port = await listen(app)
+  const { payload } = form(['client_id', 'victim'])
+  const socket = connect(port, '127.0.0.1')
+  socket.on('error', () => {})
+  const closed = new Promise<void>(resolve => app.server.once('connection', (serverSide: Socket) => serverSide.once('close', () => resolve())))
+  socket.write('GET /slow HTTP/1.1\r\nHost: x\r\n\r\n' +
+    `POST /token HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${payload.length}\r\n\r\n${payload}`)
+  const ticket = await answered.promise
+  socket.destroy()
+  await closed
+  slow.resolve()
+  await tick()
+  t.equal(ticket.settled, true, 'settled as the answer was handed over, though it never reached the client')
+  t.equal(app.pace.get('/token')!.size, 0, 'refunded')
+  t.equal((await post(app)).statusCode, 401, 'the client id it named is not refused')
+})
+
+t.test('HTTP/2: a stream the client resets while the secret is checked settles by the handler\'s answer', async t => {
+  // Node finishes the response of a reset stream at once, before the handler has answered.
+  let ticket: PaceTicket | null = null
+  let settledAtReset: boolean | null = null
+  const answered = deferred()
+  const app = await build(t, { now: () => 0 }, app => {
+    app.post('/token', { config: { pace: CLIENT_1 } }, async (request, reply) => {
+      await new Promise(resolve => reply.raw.once('close', resolve))
+      settledAtReset = request.pace!.settled
+      ticket = request.pace!
+      request.pace!.outcome = 'rejected'
+      reply.code(401).send({ error: 'invalid_client' })
+      answered.resolve()
+      return reply
+    })
+  }, { http2: true } as FastifyServerOptions)
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const client = http2.connect(`http://127.0.0.1:${(app.server.address() as AddressInfo).port}`)
+  client.on('error', () => {})
+  t.teardown(() => client.destroy())
+  const { payload, headers } = form(['client_id', 'victim'])
+  const stream = client.request({ ':method': 'POST', ':path': '/token', ...headers })
+  stream.on('error', () => {})
+  stream.end(payload)
+  await new Promise<void>(resolve => app.server.once('stream', serverSide => serverSide.once('end', () => resolve())))
+  stream.close(http2.constants.NGHTTP2_CANCEL)
+  await answered.promise
+  await tick()
+  t.equal(settledAtReset, false, 'not settled when the stream closed: the handler had not answered')
+  t.equal(ticket!.settled, true)
+  t.equal(app.pace.get('/token')!.size, 0, 'the rejected exchange gave its unit back')
 })

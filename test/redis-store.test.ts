@@ -304,6 +304,24 @@ t.test('a route on a shared store says the rate is shared by all replicas, with 
   t.match(schema['x-exchangepace'], { scope: 'shared by all replicas (Redis)' })
 })
 
+t.test('a route whose pace the store refuses fails where it is added, naming the route', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store: new RedisStore({ client: new ScriptedClient() }) })
+  t.throws(() => app.post('/token', { config: { pace: { perSecond: 2 ** 21 + 1, key: 'client', spend: 'accepted' } } }, async () => 'ok'), {
+    name: 'TypeError',
+    message: 'exchangepace: route POST /token: RedisStore counts rates up to 2097152 per second exactly; pace "/token" declares perSecond 2097153'
+  })
+  const thrower: PaceStore = { scope: 'odd', outage: 'odd', pace: () => { throw 'not an Error' } }
+  const other = Fastify()
+  t.teardown(() => other.close())
+  await other.register(exchangePace, { store: thrower })
+  t.throws(() => other.get('/authorize', { config: { pace: { perSecond: 5, key: 'source', spend: 'every' } } }, async () => 'ok'), {
+    name: 'TypeError',
+    message: 'exchangepace: route GET /authorize: not an Error'
+  })
+})
+
 t.test('the description says what each whenUnavailable mode makes of the rate during an outage', async t => {
   const client = new ScriptedClient()
   t.equal(new RedisStore({ client, whenUnavailable: 'open' }).outage, 'requests are not paced')
