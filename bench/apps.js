@@ -4,16 +4,16 @@
 //   onresponse     the same, plus a no-op onResponse on the route alone: what that hook costs by
 //                  itself (Fastify then attaches response listeners to every request, as it does
 //                  for every route of a server with a logger)
-//   empty          the same, plus a no-op preHandler and onResponse on the route: the shape of
-//                  exchangepace's hooks with nothing in them (the floor of the design, and a gauge
-//                  of each run's noise)
+//   empty          the same, plus a no-op preHandler and onResponse on the route: the hooks the
+//                  design card names, with nothing in them (a gauge of each run's noise; exchangepace
+//                  itself settles in onSend and adds no onResponse)
 //   exchangepace   paced per declared client id, spend 'accepted' (refunded when the secret is wrong)
 //   ratelimit      @fastify/rate-limit, keyed by the body's client_id (so in preHandler, after the
 //                  body is parsed), its in-memory LocalStore with the default LRU of 5000
-//   floor          the hooks exchangepace adds with no pace in them: a no-op preHandler and
-//                  onResponse, and an onSend writing the two quota headers (RateLimit-Policy and
-//                  RateLimit) with fixed values: the least any plugin of this shape that sends the
-//                  draft's headers can cost
+//   floor          the hooks exchangepace adds with no pace in them: a no-op preHandler and an
+//                  onSend writing the two quota headers (RateLimit-Policy and RateLimit) with fixed
+//                  values: the least any plugin of this shape that sends the draft's headers can
+//                  cost
 //   exchangepace-redis, ratelimit-redis
 //                  the same two on Redis (127.0.0.1:6379, or REDIS_URL): exchangepace's RedisStore
 //                  and @fastify/rate-limit's Redis store, each with its own ioredis client with
@@ -116,7 +116,6 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
     } else if (kind === 'floor') {
       options.preHandler = noop
       options.onSend = fixedQuotaHeaders(url, rate)
-      options.onResponse = noop
     } else if (kind.startsWith('exchangepace')) {
       options.config.pace = { perSecond: rate, key: 'client', spend: 'accepted' }
     } else if (kind.startsWith('ratelimit')) {

@@ -43,7 +43,7 @@ const GROUPS = {
   main: [
     { name: 'bare', kind: 'bare', url: '/token', body: tokenBody(), status: 200 },
     { name: 'empty hooks', kind: 'empty', url: '/token', body: tokenBody(), status: 200 },
-    { name: 'floor (empty hooks + the two headers)', kind: 'floor', url: '/token', body: tokenBody(), status: 200 },
+    { name: 'floor (a no-op preHandler + the two headers in onSend)', kind: 'floor', url: '/token', body: tokenBody(), status: 200 },
     { name: 'exchangepace', kind: 'exchangepace', url: '/token', body: tokenBody(), status: 200 },
     { name: '@fastify/rate-limit', kind: 'ratelimit', url: '/token', body: tokenBody(), status: 200 }
   ],

@@ -54,7 +54,7 @@ const NAMES = {
   bare: 'bare',
   onresponse: 'a no-op onResponse alone',
   empty: 'empty hooks',
-  floor: 'floor (empty hooks + the two headers)',
+  floor: 'floor (a no-op preHandler + the two headers in onSend)',
   exchangepace: 'exchangepace',
   ratelimit: '@fastify/rate-limit',
   'exchangepace-redis': 'exchangepace, RedisStore',
