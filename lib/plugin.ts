@@ -88,9 +88,9 @@ interface Holding extends HeldReservation {
 const DEFAULTS = { ipv6Subnet: 64, maxKeyLength: 255 }
 
 /**
- * The source key of a request without a source address: Fastify leaves `request.ip` undefined on
- * a Unix socket (unless it trusts every proxy). Such requests share one bucket per pace, as they
- * come through one peer; failing them would take the route down.
+ * The source key of a request without a source address: on a Unix socket Fastify's `request.ip`
+ * can be undefined. Such requests share one bucket per pace, as they come through one peer;
+ * failing them would take the route down.
  */
 const NO_ADDRESS = 'unknown'
 
@@ -335,12 +335,14 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   }
 
   /**
-   * onSend, the last of the route's: the quota headers and the settlement, now that the handler has
-   * answered and the outcome is final (a refusal wrote its own headers). Every answer passes here
-   * once, and only after the handler's: not onResponse, which a client decides. A client that
-   * hangs up, or stops reading, never lets a response finish (a response queued behind another on
-   * its connection included), so onResponse never comes; and Node finishes an HTTP/2 response the
-   * client reset at once, while the handler is still checking the secret.
+   * onSend, after the route's own: the quota headers and the settlement, now that the handler has
+   * answered and the outcome is final (a refusal wrote its own headers). Every answer Fastify sends
+   * through its hooks passes here, after the handler's, whether or not the client is still there:
+   * not onResponse, whose moment the client decides. A client that hangs up, or stops reading,
+   * never lets a response finish (a response queued behind another on its connection included),
+   * so onResponse never comes; and Node finishes an HTTP/2 response the client reset at once, while
+   * the handler is still checking the secret. Settling twice (an error answer passes onSend again)
+   * does nothing.
    */
   function beforeSend (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
     const ticket = request.pace as PaceTicket<Holding> | null
@@ -349,6 +351,16 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       ticket._settle()
     }
     next(null, payload)
+  }
+
+  /**
+   * onError: an error answer settles as soon as it is known. Fastify writes its last-resort error
+   * answer (when an onSend hook fails on an error answer) straight to the socket, past every
+   * onSend; the route's onError hooks run before it.
+   */
+  function settleOnError (request: FastifyRequest, _reply: FastifyReply, _error: Error, next: () => void): void {
+    request.pace?._settle()
+    next()
   }
 
   fastify.addHook('onRoute', (routeOptions: RouteOptions) => {
@@ -369,6 +381,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       const step: ReserveStep = { paces: late, commits: false }
       routeOptions.preHandler = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.preHandler)]
       routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
+      routeOptions.onError = [settleOnError, ...hookList(routeOptions.onError)]
     }
     routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store)
   })

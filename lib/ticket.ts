@@ -21,11 +21,11 @@ export interface HeldReservation {
  *
  * Settlement happens once. At settlement, when the outcome is `'rejected'`, every reservation spent
  * `'accepted'` is refunded; everything else stays spent. The plugin settles as the handler's answer
- * is handed to the connection (its onSend hook, the route's last), whether or not the client is
- * still there to read it: settling when the response finishes (onResponse) would let a stranger
- * decide, by hanging up or resetting an HTTP/2 stream, whether a failed exchange counts against the
- * client it named. A ticket that is never settled (no answer, or a hijacked reply) keeps its units
- * spent.
+ * is handed to the connection (its onSend hook, after the route's own; an error answer already in
+ * onError), whether or not the client is still there to read it: settling when the response
+ * finishes (onResponse) would let a stranger decide, by hanging up or resetting an HTTP/2 stream,
+ * whether a failed exchange counts against the client it named. A ticket that is never settled (no
+ * answer, a hijacked reply, a reply handed to the not-found handler) keeps its units spent.
  */
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** The units this request holds, in the order they were taken. */

@@ -1,4 +1,5 @@
 import t from 'tap'
+import { rmSync } from 'node:fs'
 import http from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -315,6 +316,7 @@ t.test('on a Unix socket, where request.ip is undefined, requests share one sour
     app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
   }, { logger: capture(lines) })
   const path = join(tmpdir(), `exchangepace-test-${process.pid}.sock`)
+  rmSync(path, { force: true }) // left by an earlier run that crashed with the same pid
   await app.listen({ path })
   const get = () => new Promise<{ status: number, body: string }>((resolve, reject) => {
     http.get({ socketPath: path, path: '/authorize' }, response => {

@@ -148,8 +148,10 @@ t.test('route config errors name the route, the option and the value', async t =
     name: 'TypeError',
     message: 'exchangepace: route GET /jeton-é: config.pace.name must be given when the route\'s URL is not printable ASCII (the default name, "/jeton-é", would go into headers), got undefined'
   })
-  app.get('/jeton-%C3%A9', { config: { pace: { perSecond: 10, key: 'source', spend: 'every', name: 'jeton' } } }, ok)
-  t.ok(app.pace.get('jeton'), 'a name of its own serves such a route')
+  app.get('/jeton-é', { config: { pace: { perSecond: 10, key: 'source', spend: 'every', name: 'jeton' } } }, ok)
+  const response = await app.inject('/jeton-%C3%A9')
+  t.equal(response.statusCode, 200, 'a name of its own serves such a route')
+  t.equal(response.headers['ratelimit-policy'], '"jeton";q=10;w=1')
 })
 
 t.test('a route with several methods is named by all of them in errors', async t => {

@@ -458,3 +458,20 @@ t.test('HTTP/2: a stream the client resets while the secret is checked settles b
   t.equal(ticket!.settled, true)
   t.equal(app.pace.get('/token')!.size, 0, 'the rejected exchange gave its unit back')
 })
+
+t.test('an error answer settles when it is known: Fastify may write its last-resort answer past every onSend', async t => {
+  // A handler flags the exchange rejected and throws; an onSend hook of the server's fails on the
+  // error answer, and Fastify writes its answer straight to the socket (with the status the first
+  // error set).
+  const app = await build(t, { now: () => 0 }, app => {
+    app.addHook('onSend', async () => { throw new Error('a broken onSend hook') })
+    app.post('/token', { config: { pace: CLIENT_1 } }, async (request) => {
+      request.pace!.outcome = 'rejected'
+      throw Object.assign(new Error('invalid_client'), { statusCode: 401 })
+    })
+  })
+  const response = await post(app)
+  t.equal(response.statusCode, 401)
+  t.match(response.json(), { message: 'a broken onSend hook' }, 'the last-resort answer')
+  t.equal(app.pace.get('/token')!.size, 0, 'refunded')
+})
