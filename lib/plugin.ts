@@ -354,9 +354,10 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   }
 
   /**
-   * onError: an error answer settles as soon as it is known. Fastify writes its last-resort error
-   * answer (when an onSend hook fails on an error answer) straight to the socket, past every
-   * onSend; the route's onError hooks run before it.
+   * onError, after the route's own (which may still set the outcome): an error answer settles as
+   * soon as it is known. Fastify writes its last-resort error answer (when an onSend hook fails on
+   * an error answer) straight to the socket, past every onSend; the route's onError hooks run
+   * before it.
    */
   function settleOnError (request: FastifyRequest, _reply: FastifyReply, _error: Error, next: () => void): void {
     request.pace?._settle()
@@ -381,7 +382,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       const step: ReserveStep = { paces: late, commits: false }
       routeOptions.preHandler = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.preHandler)]
       routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
-      routeOptions.onError = [settleOnError, ...hookList(routeOptions.onError)]
+      routeOptions.onError = [...hookList(routeOptions.onError), settleOnError]
     }
     routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store)
   })

@@ -475,3 +475,18 @@ t.test('an error answer settles when it is known: Fastify may write its last-res
   t.match(response.json(), { message: 'a broken onSend hook' }, 'the last-resort answer')
   t.equal(app.pace.get('/token')!.size, 0, 'refunded')
 })
+
+t.test('a route\'s own onError hook may still flag the exchange: the plugin settles after it', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    app.post('/token', {
+      config: { pace: CLIENT_1 },
+      onError: async (request, _reply, error) => {
+        if ((error as { statusCode?: number }).statusCode === 401) request.pace!.outcome = 'rejected'
+      }
+    }, async () => {
+      throw Object.assign(new Error('invalid_client'), { statusCode: 401 })
+    })
+  })
+  t.equal((await post(app)).statusCode, 401)
+  t.equal(app.pace.get('/token')!.size, 0, 'refunded')
+})
