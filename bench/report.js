@@ -258,11 +258,13 @@ function instructionsSection (instructions) {
   const of = kind => instructions.results.find(r => r.kind === kind)
   if (of('floor') && of('exchangepace') && of('empty')) {
     const floorRatio = of('floor').ratioToBare
-    const onResponse = of('onresponse') && of('onresponse').addedPerRequest <= 0
-      ? ` The onResponse hook alone came out ${Math.round(-of('onresponse').addedPerRequest).toLocaleString('en-US')} below bare in this run: within its noise (see above).`
-      : of('onresponse')
-      ? ` Of those, the onResponse hook alone adds ${Math.round(of('onresponse').addedPerRequest).toLocaleString('en-US')}: with one on the route, Fastify attaches its 'finish' and 'error' listeners to every response and removes them after, and reads the clock at both ends, which it does on every route anyway when the server has a logger (here it has none).`
-      : ''
+    const onResponseAdded = of('onresponse')?.addedPerRequest
+    let onResponse = ''
+    if (onResponseAdded !== undefined && onResponseAdded <= 0) {
+      onResponse = ` The onResponse hook alone came out ${Math.round(-onResponseAdded).toLocaleString('en-US')} below bare in this run: within its noise (see above).`
+    } else if (onResponseAdded !== undefined) {
+      onResponse = ` Of those, the onResponse hook alone adds ${Math.round(onResponseAdded).toLocaleString('en-US')}: with one on the route, Fastify attaches its 'finish' and 'error' listeners to every response and removes them after, and reads the clock at both ends, which it does on every route anyway when the server has a logger (here it has none).`
+    }
     out.push('', `Read from the table: the empty hooks (a no-op preHandler and onResponse, the hooks the design card names) add ${Math.round(of('empty').addedPerRequest).toLocaleString('en-US')} instructions (Fastify's hook runners, and for onResponse its response listeners).${onResponse} exchangepace settles in onSend and adds no onResponse (docs/design.md says why): the floor of its shape, a no-op preHandler and an onSend writing the two quota headers, adds ${Math.round(of('floor').addedPerRequest).toLocaleString('en-US')} to bare, and exchangepace's own work (the ticket, the declared client id, the reservation, the header values, and the 429 response in the route's schema, for which Fastify looks up a serializer by status on every response) ${Math.round(of('exchangepace').instructionsPerRequest - of('floor').instructionsPerRequest).toLocaleString('en-US')} beyond the floor. ` +
       (floorRatio > 1.05
         ? `The floor alone, ${x(floorRatio, 3)} of bare, is over the 1.05x target: no plugin that sends the draft's two headers on every accepted response through Fastify can meet it by this count.`

@@ -10,6 +10,14 @@ import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 const ROW = '<BddddI4'
 
 /**
+ * Lua: whether the key's value `row` (false when there is no key) is a row the scripts wrote: the
+ * size of ROW (37 bytes) and the format byte. Anything else (an earlier build's text row, a foreign
+ * value under the prefix) is no row: struct.unpack would fail on it, and a failing script is an
+ * outage for the whole store.
+ */
+const IS_ROW = 'row and #row == 37 and string.byte(row) == 1'
+
+/**
  * The pace in Redis, with the in-process Pace's semantics. A key holds one row of 37 bytes,
  * `struct.pack(ROW, 1, full, run, count, last, marks)`: a format byte (1), the Redis TIME at which
  * the bucket is full again, and for refunds (as in `Pace`) when the run of spending began, the
@@ -44,9 +52,10 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
 /**
  * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
  * key whose time has come (or no key, or a value not in the row's format) is a full bucket, and a
- * grant on it begins a new run, so the rest of the row is read only when the run goes on. The reply is as short as it can be (Redis
- * converts each number of it to text): refused, the wait in ms as text; granted, the whole units
- * left and, for the refund, the run, the grant's number in it and its time.
+ * grant on it begins a new run, so the rest of the row is read only when the run goes on. The
+ * reply is as short as it can be (Redis converts each number of it to text): refused, the wait in
+ * ms as text; granted, the whole units left and, for the refund, the run, the grant's number in it
+ * and its time.
  */
 const RESERVE = `${CLOCK}
 local row = redis.call('GET', KEYS[1])
@@ -55,7 +64,7 @@ local after = 1000000
 local run = at
 local count = 1
 local marks = 0
-if row and #row == 37 and string.byte(row) == 1 then
+if ${IS_ROW} then
   local _, full, since, grants, last, refunded = struct.unpack('${ROW}', row)
   local spent = (full - now) % wrap
   if spent > 0 and spent <= wrap / 2 then
@@ -86,7 +95,7 @@ return {math.floor((0.5 - shortfall) / 1000000), run, count, at}
  */
 const REFUND = `
 local row = redis.call('GET', KEYS[1])
-if not row or #row ~= 37 or string.byte(row) ~= 1 then return 0 end
+if not (${IS_ROW}) then return 0 end
 local _, full, since, grants, last, marks = struct.unpack('${ROW}', row)
 if since ~= tonumber(ARGV[2]) then return 0 end
 local span = 4294967296 * ARGV[1]
