@@ -146,12 +146,12 @@ const PACE_KEY = 'exchangepace:token:reporting'
 const SCRIPT_CALLS = [
   { name: 'empty script (return {1, 2}): the floor of any script call', call: client => client.benchEmptyScript('bench:empty') },
   { name: '@fastify/rate-limit\'s Redis store: INCR, PTTL', call: client => client.rateLimit('fastify-rate-limit-reporting', 1000, NEVER, false, false) },
-  { name: 'exchangepace\'s reserve: TIME, GET, SET PX', call: client => client.exchangepaceReserve(PACE_KEY, NEVER) },
+  { name: 'exchangepace\'s reserve: TIME, GET, SET PX', call: client => client.exchangepaceReserveBuffer(PACE_KEY, NEVER) },
   {
     name: 'exchangepace\'s reserve, then refund (a wrong secret): two script calls',
     call: async client => {
-      const reply = await client.exchangepaceReserve(PACE_KEY, NEVER)
-      await client.exchangepaceRefund(PACE_KEY, NEVER, reply[1], reply[2], reply[3])
+      const reply = await client.exchangepaceReserveBuffer(PACE_KEY, NEVER)
+      await client.exchangepaceRefund(PACE_KEY, NEVER, reply.readDoubleLE(8), reply.readDoubleLE(16), reply.readDoubleLE(24))
     }
   }
 ]

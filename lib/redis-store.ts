@@ -53,9 +53,9 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
  * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
  * key whose time has come (or no key, or a value not in the row's format) is a full bucket, and a
  * grant on it begins a new run, so the rest of the row is read only when the run goes on. The
- * reply is as short as it can be (Redis converts each number of it to text): refused, the wait in
- * ms as text; granted, the whole units left and, for the refund, the run, the grant's number in it
- * and its time.
+ * reply is one binary string of doubles, little-endian (a table reply cost Redis a tenth of the
+ * script's time, converting it): refused, 8 bytes, the wait in ms; granted, 32 bytes, the whole
+ * units left and, for the refund, the run, the grant's number in it and its time.
  */
 const RESERVE = `${CLOCK}
 local row = redis.call('GET', KEYS[1])
@@ -76,10 +76,10 @@ if ${IS_ROW} then
 end
 local shortfall = after - 1000000 * rate
 if shortfall > 0.5 then
-  return tostring(shortfall / rate / 1000)
+  return struct.pack('<d', shortfall / rate / 1000)
 end
 redis.call('SET', KEYS[1], struct.pack('${ROW}', 1, math.floor(now + after + 0.5) % wrap, run, count, at, marks), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
-return {math.floor((0.5 - shortfall) / 1000000), run, count, at}
+return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count, at)
 `
 
 /**
@@ -156,12 +156,15 @@ export interface RedisClientLike {
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void
 }
 
-/** The reserve script's reply: granted, the units left and the grant (its run, its number in it, its time); refused, the wait in ms. */
-type ReserveReply = [remaining: number, run: number, count: number, at: number] | string
+/** The length of the reserve script's reply when it refuses: the wait in ms (a grant's is 32 bytes). */
+const REFUSAL_BYTES = 8
 
-/** The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). */
+/**
+ * The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). The
+ * reserve script's reply is read as it came (the `Buffer` form of the command), not as text.
+ */
 interface PaceCommands {
-  exchangepaceReserve (key: string, perSecond: number): Promise<ReserveReply>
+  exchangepaceReserveBuffer (key: string, perSecond: number): Promise<Buffer>
   exchangepaceRefund (key: string, perSecond: number, run: number, count: number, at: number): Promise<number>
 }
 
@@ -204,10 +207,19 @@ const OPEN: PaceReservation = Object.freeze({ granted: true, remaining: 0, retry
 class RedisReservation implements PaceReservation {
   readonly granted = true
   readonly retryAfterMs = 0
+  readonly remaining: number
+  readonly run: number
+  readonly count: number
+  readonly at: number
   #pace: RedisPace | null
 
-  constructor (pace: RedisPace, readonly redisKey: string, readonly remaining: number, readonly run: number, readonly count: number, readonly at: number) {
+  /** `reply`: the reserve script's grant, the units left, the run, the grant's number and its time. */
+  constructor (pace: RedisPace, readonly redisKey: string, reply: Buffer) {
     this.#pace = pace
+    this.remaining = reply.readDoubleLE(0)
+    this.run = reply.readDoubleLE(8)
+    this.count = reply.readDoubleLE(16)
+    this.at = reply.readDoubleLE(24)
   }
 
   refund (): void {
@@ -263,9 +275,9 @@ class RedisPace implements SharedPace {
     return new Promise(resolve => {
       const deadlines = this.#deadlines
       const waiting = new ReserveWaiting(this, key, resolve)
-      let answering: Promise<ReserveReply>
+      let answering: Promise<Buffer>
       try {
-        answering = this.#commands.exchangepaceReserve(redisKey, this.#perSecond)
+        answering = this.#commands.exchangepaceReserveBuffer(redisKey, this.#perSecond)
       } catch (err) {
         this.#failed(key, err as Error, resolve)
         return
@@ -274,11 +286,11 @@ class RedisPace implements SharedPace {
       answering.then(reply => {
         if (!deadlines.answer(waiting)) {
           // Too late for its request, which went the unavailable path: give the unit back.
-          if (typeof reply !== 'string') this.giveBack(redisKey, reply[1], reply[2], reply[3])
+          if (reply.length !== REFUSAL_BYTES) new RedisReservation(this, redisKey, reply).refund()
           return
         }
         // The request first: a logger that throws must not leave it waiting.
-        resolve(typeof reply === 'string' ? refusedByRedis(Number(reply)) : new RedisReservation(this, redisKey, reply[0], reply[1], reply[2], reply[3]))
+        resolve(reply.length === REFUSAL_BYTES ? refusedByRedis(reply.readDoubleLE(0)) : new RedisReservation(this, redisKey, reply))
         this.#store._answered(this.#log)
         if (this.#fellBack) this.#tidyFallback()
       }, (err: Error) => {

@@ -20,7 +20,8 @@ function onTestClock (script: string): string {
 }
 
 interface ClockedCommands {
-  clockedReserve (key: string, perSecond: number, micros: number): Promise<[remaining: number, run: number, count: number, at: number] | string>
+  /** The reserve script's reply as it came: 8 bytes (refused: the wait) or 32 (granted: left, run, number, time), doubles. */
+  clockedReserveBuffer (key: string, perSecond: number, micros: number): Promise<Buffer>
   clockedRefund (key: string, perSecond: number, run: number, count: number, at: number, micros: number): Promise<number>
 }
 
@@ -64,13 +65,15 @@ if (client !== null) {
       if (operation.op === 'advance') {
         clock.micros += operation.units * Math.floor(100_000 / perSecond)
       } else if (operation.op === 'reserve') {
-        const lua = await commands.clockedReserve(key(operation.key), perSecond, micros())
+        const reply = await commands.clockedReserveBuffer(key(operation.key), perSecond, micros())
         const local = pace.reserve(`k${operation.key}`)
-        if (typeof lua === 'string') {
-          if (local.granted || Math.abs(Number(lua) - local.retryAfterMs) > 1e-6) {
-            throw new Error(`${where}: scripts refused, wait ${lua} ms; Pace granted ${local.granted}, wait ${local.retryAfterMs} ms`)
+        if (reply.length === 8) {
+          const wait = reply.readDoubleLE(0)
+          if (local.granted || Math.abs(wait - local.retryAfterMs) > 1e-6) {
+            throw new Error(`${where}: scripts refused, wait ${wait} ms; Pace granted ${local.granted}, wait ${local.retryAfterMs} ms`)
           }
         } else {
+          const lua = [0, 8, 16, 24].map(offset => reply.readDoubleLE(offset))
           if (!local.granted || lua[0] !== local.remaining) {
             throw new Error(`${where}: scripts granted ${JSON.stringify(lua)}, Pace granted ${local.granted} with ${local.remaining} left`)
           }

@@ -8,9 +8,18 @@ import { intercept } from './helpers/intercept.js'
 // refusals, errors, silence, late answers) without a server. test/redis-*.test.ts run the Lua
 // scripts against a real Redis.
 
-type Reply = [remaining: number, run: number, count: number, at: number] | string
+/** What a scripted reserve answers: a grant (units left, run, number, time), or a refusal's wait in ms. */
+type Reply = [remaining: number, run: number, count: number, at: number] | number
 
 interface Call { key: string, perSecond: number, resolve: (reply: Reply) => void, reject: (err: Error) => void }
+
+/** `reply` as the reserve script sends it: doubles, little-endian, one (a refusal) or four (a grant). */
+function encoded (reply: Reply): Buffer {
+  const values = typeof reply === 'number' ? [reply] : reply
+  const bytes = Buffer.alloc(8 * values.length)
+  values.forEach((value, i) => bytes.writeDoubleLE(value, 8 * i))
+  return bytes
+}
 
 class ScriptedClient implements RedisClientLike {
   readonly scripts = new Map<string, string>()
@@ -25,9 +34,9 @@ class ScriptedClient implements RedisClientLike {
     this.scripts.set(name, definition.lua)
   }
 
-  exchangepaceReserve (key: string, perSecond: number): Promise<Reply> {
+  exchangepaceReserveBuffer (key: string, perSecond: number): Promise<Buffer> {
     if (this.reserveThrows) throw new Error('Connection is closed.')
-    return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve, reject }) })
+    return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve: reply => resolve(encoded(reply)), reject }) })
   }
 
   exchangepaceRefund (key: string, _perSecond: number, run: number, count: number, at: number): Promise<number> {
@@ -96,7 +105,7 @@ t.test('a pace name keeps no ":" in Redis keys, so two paces never share one', a
     store.pace('/clients/:id/100%', 2, local, log).reserve('x')
   ]
   t.same(client.reserves.map(c => c.key), ['exchangepace:/a:b:c', 'exchangepace:/a%3Ab:c', 'exchangepace:/clients/%3Aid/100%25:x'])
-  for (const call of client.reserves) call.resolve('100')
+  for (const call of client.reserves) call.resolve(100)
   await Promise.all(pending)
 })
 
@@ -115,7 +124,7 @@ t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
 t.test('a refusal carries Redis\' exact wait and refunds nothing', async t => {
   const { client, pace } = setup()
   const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve('312.5')
+  client.reserves[0].resolve(312.5)
   const reservation = await reserving
   t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [false, 0, 312.5])
   reservation.refund()
@@ -234,7 +243,7 @@ t.test('a Redis slower than timeoutMs does not hold the request; its late grant 
 t.test('a late refusal or a late error after the timeout changes nothing', async t => {
   const { client, pace } = setup({ retryMs: 1 })
   await pace.reserve('a')
-  client.reserves[0].resolve('10')
+  client.reserves[0].resolve(10)
   await sleep(5)
   await pace.reserve('b')
   client.reserves[1].reject(new Error('late'))
