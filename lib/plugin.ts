@@ -125,6 +125,12 @@ function quotaPolicy (perSecond: number): string {
   return `q=${Math.floor(perSecond)};w=1`
 }
 
+/** What a key function returned instead of a key, for the error that says so. */
+function notAKey (value: unknown): string {
+  if (typeof (value as { then?: unknown } | null)?.then === 'function') return 'a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'
+  return value === null ? 'null' : `a ${typeof value}`
+}
+
 function keyDescription (rule: PaceRule): string {
   if (rule.key === 'client') return 'declared client id'
   if (rule.key === 'source') return 'source address'
@@ -229,7 +235,10 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       const what = `the key of pace ${JSON.stringify(rule.name)}`
       readKey = (request) => {
         const value = key(request)
-        return value === undefined ? undefined : checkKey(value, what, maxKeyLength)
+        if (value === undefined) return undefined
+        // What the function returns is the server's doing, not the client's: a 500, not a 400.
+        if (typeof value !== 'string') throw new TypeError(`exchangepace: route ${route}: the key function of pace ${JSON.stringify(rule.name)} returned ${notAKey(value)}; it must return a string or undefined`)
+        return checkKey(value, what, maxKeyLength)
       }
     }
     return {

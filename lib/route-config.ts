@@ -12,7 +12,7 @@ export type PaceKey = 'client' | 'source' | ((request: FastifyRequest) => string
 
 /** A route's pace, as written in `config.pace`. */
 export interface PaceRouteOptions {
-  /** Units each key may spend per second: per replica, or over all replicas with a shared store. A finite number >= 1. */
+  /** Units each key may spend per second: per replica, or over all replicas with a shared store. A number from 1 to 999999999999. */
   perSecond: number
   key: PaceKey
   /**
@@ -43,6 +43,12 @@ export interface PaceRule {
   readonly early: boolean
 }
 
+/**
+ * The highest rate a route may declare: its RateLimit-Policy quota (up to 1000 seconds of the
+ * rate, for a fractional one) must stay an RFC 8941 integer, which has at most 15 digits.
+ */
+const MAX_PER_SECOND = 999_999_999_999
+
 /** Structured-field strings (RFC 8941) allow printable ASCII only; the name goes into headers. */
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/
 
@@ -72,8 +78,8 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
     const at = Array.isArray(config) ? `config.pace[${index}]` : 'config.pace'
     if (entry === null || typeof entry !== 'object') return fail(at, 'an object { perSecond, key, spend, name? }', entry)
     const { perSecond, key, spend, name } = entry as Record<string, unknown>
-    if (typeof perSecond !== 'number' || !Number.isFinite(perSecond) || perSecond < 1) {
-      fail(`${at}.perSecond`, 'a finite number >= 1', perSecond)
+    if (typeof perSecond !== 'number' || !(perSecond >= 1 && perSecond <= MAX_PER_SECOND)) {
+      fail(`${at}.perSecond`, `a number from 1 to ${MAX_PER_SECOND}`, perSecond)
     }
     if (key !== 'client' && key !== 'source' && typeof key !== 'function') {
       fail(`${at}.key`, "'client', 'source' or a function (request) => string | undefined", key)

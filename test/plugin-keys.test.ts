@@ -179,14 +179,17 @@ t.test('a body the form parser does not read (a Buffer) declares nothing but Bas
   t.same((await app.inject({ method: 'POST', url: '/token', payload: 'client_id=x', headers: { ...headers, authorization: basic('alice', 's') } })).json(), ['alice'])
 })
 
-t.test('a custom key function: undefined takes nothing, a bad key is a 400, a throw is a 500', async t => {
+t.test('a custom key function: undefined takes nothing, a bad key is a 400, a throw or a value that is no key is a 500', async t => {
   const key = (request: FastifyRequest): string | undefined => {
     const tenant = request.headers['x-tenant']
     if (tenant === 'throw') throw new Error('key store down')
     if (tenant === 'invalid') throw new InvalidRequest('x-tenant is unknown')
     if (tenant === 'number') return 5 as unknown as string
+    if (tenant === 'null') return null as unknown as string
+    if (tenant === 'promise') return Promise.resolve('acme') as unknown as string
     return tenant as string | undefined
   }
+  const lines: Array<Record<string, unknown>> = []
   const app = await build(t, { now: () => 0, maxKeyLength: 10 }, app => {
     app.post('/token', {
       config: {
@@ -196,7 +199,7 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
         ]
       }
     }, async (request) => request.pace!.held.map(h => `${h.name}:${h.key}`))
-  })
+  }, { logger: capture(lines) })
   const post = (tenant?: string) => app.inject({
     method: 'POST',
     url: '/token',
@@ -205,7 +208,9 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
   })
   const cases: Array<[string, number, unknown]> = [
     ['', 400, { error: 'invalid_request', error_description: 'the key of pace "tenant" must not be empty' }],
-    ['number', 400, { error: 'invalid_request', error_description: 'the key of pace "tenant" must be a string' }],
+    ['number', 500, undefined],
+    ['null', 500, undefined],
+    ['promise', 500, undefined],
     ['a'.repeat(11), 400, { error: 'invalid_request', error_description: 'the key of pace "tenant" is longer than 10 characters' }],
     ['invalid', 400, { error: 'invalid_request', error_description: 'x-tenant is unknown' }],
     ['throw', 500, undefined]
@@ -216,6 +221,13 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
     if (body !== undefined) t.same(response.json(), body, tenant)
     if (status === 500) t.equal(response.headers.ratelimit, undefined, 'the client unit given back is not shown either')
   }
+  const returned = (what: string): string => `exchangepace: route POST /token: the key function of pace "tenant" returned ${what}; it must return a string or undefined`
+  t.same(lines.map(line => (line.err as { message: string }).message), [
+    returned('a number'),
+    returned('null'),
+    returned('a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'),
+    'key store down'
+  ], 'a value that is no key is logged as the server\'s error, naming the route and the pace')
   t.equal(app.pace.get('client')!.size, 0, 'each failure gave the client unit back')
   t.equal(app.pace.get('tenant')!.size, 0)
   const none = await post()

@@ -116,13 +116,14 @@ t.test('routes without config.pace get no hooks at all; paced routes keep their 
 
 t.test('route config errors name the route, the option and the value', async t => {
   const cases: Array<[unknown, string]> = [
-    [{ perSecond: '10', key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got "10"'],
-    [{ perSecond: 0, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got 0'],
-    [{ perSecond: 0.5, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got 0.5'],
-    [{ perSecond: NaN, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got NaN'],
-    [{ perSecond: Infinity, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got Infinity'],
-    [{ perSecond: 10n, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got 10'],
-    [{ key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a finite number >= 1, got undefined'],
+    [{ perSecond: '10', key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got "10"'],
+    [{ perSecond: 0, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got 0'],
+    [{ perSecond: 0.5, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got 0.5'],
+    [{ perSecond: NaN, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got NaN'],
+    [{ perSecond: Infinity, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got Infinity'],
+    [{ perSecond: 1e12, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got 1000000000000'],
+    [{ perSecond: 10n, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got 10'],
+    [{ key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got undefined'],
     [{ perSecond: 10, key: 'ip', spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\' or a function (request) => string | undefined, got "ip"'],
     [{ perSecond: 10, key: Symbol('client'), spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\' or a function (request) => string | undefined, got Symbol(client)'],
     [{ perSecond: 10, key: 'client', spend: 'sometimes' }, 'route POST /token: config.pace.spend must be \'accepted\' or \'every\', got "sometimes"'],
@@ -134,7 +135,7 @@ t.test('route config errors name the route, the option and the value', async t =
     [{ perSecond: 10, key: 'client', spend: 'accepted', name: 7 }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got 7'],
     ['10/s', 'route POST /token: config.pace must be an object { perSecond, key, spend, name? }, got "10/s"'],
     [null, 'route POST /token: config.pace must be an object { perSecond, key, spend, name? }, got null'],
-    [circular(), 'route POST /token: config.pace.perSecond must be a finite number >= 1, got [object Object]'],
+    [circular(), 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got [object Object]'],
     [[], 'route POST /token: config.pace must be a pace or a non-empty array of paces, got []'],
     [[{ perSecond: 10, key: 'client', spend: 'accepted' }, 5], 'route POST /token: config.pace[1] must be an object { perSecond, key, spend, name? }, got 5'],
     [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'never' }], 'route POST /token: config.pace[1].spend must be \'accepted\' or \'every\', got "never"']
@@ -157,7 +158,7 @@ t.test('route config errors name the route, the option and the value', async t =
 t.test('a route with several methods is named by all of them in errors', async t => {
   const app = await paced(t)
   t.throws(() => app.route({ method: ['GET', 'POST'], url: '/both', config: { pace: { perSecond: -1, key: 'source', spend: 'every' } }, handler: ok }),
-    { message: 'exchangepace: route GET,POST /both: config.pace.perSecond must be a finite number >= 1, got -1' })
+    { message: 'exchangepace: route GET,POST /both: config.pace.perSecond must be a number from 1 to 999999999999, got -1' })
 })
 
 t.test('a route declared inside a later plugin fails ready() with the same error', async t => {
