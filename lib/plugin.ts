@@ -128,7 +128,8 @@ function quotaPolicy (perSecond: number): string {
 /** What a key function returned instead of a key, for the error that says so. */
 function notAKey (value: unknown): string {
   if (typeof (value as { then?: unknown } | null)?.then === 'function') return 'a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'
-  return value === null ? 'null' : `a ${typeof value}`
+  if (value === null) return 'null'
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`
 }
 
 function keyDescription (rule: PaceRule): string {

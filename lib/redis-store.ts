@@ -156,8 +156,9 @@ export interface RedisClientLike {
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void
 }
 
-/** The length of the reserve script's reply when it refuses: the wait in ms (a grant's is 32 bytes). */
+/** The reserve script's reply: a refusal, the wait in ms; a grant, the units left, the run, the grant's number and its time. */
 const REFUSAL_BYTES = 8
+const GRANT_BYTES = 32
 
 /**
  * The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). The
@@ -284,13 +285,20 @@ class RedisPace implements SharedPace {
       }
       deadlines.start(waiting)
       answering.then(reply => {
+        const length = Buffer.isBuffer(reply) ? reply.length : -1
+        if (length !== GRANT_BYTES && length !== REFUSAL_BYTES) {
+          // Another script under this command's name (another version of this store on the same
+          // client): the store is unavailable, not the request stuck on a reply it cannot read.
+          if (deadlines.answer(waiting)) this.#failed(key, new Error(`the reserve script answered ${length === -1 ? typeof reply : `${length} bytes`}, not a reply this version reads: does another version of exchangepace define its commands on this client?`), resolve)
+          return
+        }
         if (!deadlines.answer(waiting)) {
           // Too late for its request, which went the unavailable path: give the unit back.
-          if (reply.length !== REFUSAL_BYTES) new RedisReservation(this, redisKey, reply).refund()
+          if (length === GRANT_BYTES) new RedisReservation(this, redisKey, reply).refund()
           return
         }
         // The request first: a logger that throws must not leave it waiting.
-        resolve(reply.length === REFUSAL_BYTES ? refusedByRedis(reply.readDoubleLE(0)) : new RedisReservation(this, redisKey, reply))
+        resolve(length === GRANT_BYTES ? new RedisReservation(this, redisKey, reply) : refusedByRedis(reply.readDoubleLE(0)))
         this.#store._answered(this.#log)
         if (this.#fellBack) this.#tidyFallback()
       }, (err: Error) => {

@@ -186,6 +186,7 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
     if (tenant === 'invalid') throw new InvalidRequest('x-tenant is unknown')
     if (tenant === 'number') return 5 as unknown as string
     if (tenant === 'null') return null as unknown as string
+    if (tenant === 'object') return { tenant: 'acme' } as unknown as string
     if (tenant === 'promise') return Promise.resolve('acme') as unknown as string
     return tenant as string | undefined
   }
@@ -210,6 +211,7 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
     ['', 400, { error: 'invalid_request', error_description: 'the key of pace "tenant" must not be empty' }],
     ['number', 500, undefined],
     ['null', 500, undefined],
+    ['object', 500, undefined],
     ['promise', 500, undefined],
     ['a'.repeat(11), 400, { error: 'invalid_request', error_description: 'the key of pace "tenant" is longer than 10 characters' }],
     ['invalid', 400, { error: 'invalid_request', error_description: 'x-tenant is unknown' }],
@@ -225,6 +227,7 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
   t.same(lines.map(line => (line.err as { message: string }).message), [
     returned('a number'),
     returned('null'),
+    returned('an object'),
     returned('a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'),
     'key store down'
   ], 'a value that is no key is logged as the server\'s error, naming the route and the pace')

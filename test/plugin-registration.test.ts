@@ -144,6 +144,9 @@ t.test('route config errors name the route, the option and the value', async t =
     const app = await paced(t)
     t.throws(() => app.post('/token', { config: { pace: pace as PaceRouteOptions } }, ok), { name: 'TypeError', message: `exchangepace: ${message}` })
   }
+  const highest = await paced(t)
+  highest.get('/highest', { config: { pace: { perSecond: 999_999_999_999, key: 'source', spend: 'every' } } }, ok)
+  t.equal((await highest.inject({ url: '/highest' })).headers['ratelimit-policy'], '"/highest";q=999999999999;w=1', 'the highest rate is accepted, its quota a 12-digit integer')
   const app = await paced(t)
   t.throws(() => app.get('/jeton-é', { config: { pace: { perSecond: 10, key: 'source', spend: 'every' } } }, ok), {
     name: 'TypeError',

@@ -11,7 +11,15 @@ import { intercept } from './helpers/intercept.js'
 /** What a scripted reserve answers: a grant (units left, run, number, time), or a refusal's wait in ms. */
 type Reply = [remaining: number, run: number, count: number, at: number] | number
 
-interface Call { key: string, perSecond: number, resolve: (reply: Reply) => void, reject: (err: Error) => void }
+interface Call {
+  key: string
+  perSecond: number
+  /** Answers with `reply` as the reserve script sends it. */
+  resolve: (reply: Reply) => void
+  /** Answers with exactly `raw`, whatever it is. */
+  answer: (raw: unknown) => void
+  reject: (err: Error) => void
+}
 
 /** `reply` as the reserve script sends it: doubles, little-endian, one (a refusal) or four (a grant). */
 function encoded (reply: Reply): Buffer {
@@ -36,7 +44,7 @@ class ScriptedClient implements RedisClientLike {
 
   exchangepaceReserveBuffer (key: string, perSecond: number): Promise<Buffer> {
     if (this.reserveThrows) throw new Error('Connection is closed.')
-    return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve: reply => resolve(encoded(reply)), reject }) })
+    return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve: reply => resolve(encoded(reply)), answer: raw => resolve(raw as Buffer), reject }) })
   }
 
   exchangepaceRefund (key: string, _perSecond: number, run: number, count: number, at: number): Promise<number> {
@@ -119,6 +127,22 @@ t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
   reservation.refund()
   t.same(client.refunds, ['exchangepace:/token:reporting'])
   t.same(client.refundedGrants, [[7000, 3, 7500]], 'with the grant the reserve script answered: its run, its number in it, its time')
+})
+
+t.test('a reply the store does not read (another version\'s script under the command\'s name) is an outage, not a stuck request', async t => {
+  const { client, store, local, pace, lines } = setup()
+  const reserving = pace.reserve('reporting')
+  client.reserves[0].answer(Buffer.alloc(16))
+  const reservation = await reserving
+  t.ok(reservation.granted, 'the request takes the fallback path')
+  t.equal(local.size, 1)
+  t.ok(store.unavailable)
+  t.same(lines, [['warn', 'exchangepace: Redis store unavailable (the reserve script answered 16 bytes, not a reply this version reads: does another version of exchangepace define its commands on this client?); pacing per replica in memory until it answers again']])
+  store._answered(recordingLog().log)
+  const text = pace.reserve('reporting')
+  client.reserves[1].answer('granted')
+  await text
+  t.match(lines[1][1], /the reserve script answered string, not a reply/, 'a reply that is not a Buffer too')
 })
 
 t.test('a refusal carries Redis\' exact wait and refunds nothing', async t => {
