@@ -46,7 +46,8 @@ function formDecode (value) {
 
 /**
  * The client id and secret of an HTTP Basic header, or undefined without one. exchangepace has
- * already answered 400 to a malformed header on this route, so the base64 and the colon are there.
+ * already answered 400 to a malformed header on this route, so the base64 and the colon are there
+ * and both halves decode.
  */
 function basicCredentials (authorization) {
   if (authorization === undefined || !/^basic /i.test(authorization)) return undefined
@@ -140,13 +141,16 @@ function authorize (request, reply) {
 }
 
 /**
- * Schema validation failures answered the OAuth way (400 invalid_request). On /token the client
- * pace was not reserved yet (validation runs before preHandler); the per-source paces were.
+ * Errors answered the OAuth way. The client's (schema validation, and Fastify's own 4xx: a body
+ * that is not JSON, too large, of a media type no parser reads) are invalid_request with their
+ * status; the rest are a logged server_error. On /token the client pace was not reserved yet for
+ * any of the client's (they come before preHandler); the per-source paces were.
  */
 function oauthErrorHandler (error, _request, reply) {
-  if (error.validation !== undefined) return sendOAuth(reply, 400, { error: 'invalid_request', error_description: error.message })
+  const statusCode = error.validation !== undefined ? 400 : error.statusCode ?? 500
+  if (statusCode < 500) return sendOAuth(reply, statusCode, { error: 'invalid_request', error_description: error.message })
   reply.log.error(error)
-  return sendOAuth(reply, error.statusCode ?? 500, { error: 'server_error', error_description: 'the server could not complete the request' })
+  return sendOAuth(reply, statusCode, { error: 'server_error', error_description: 'the server could not complete the request' })
 }
 
 async function routes (app) {

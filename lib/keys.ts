@@ -46,7 +46,8 @@ function formDecode (value: string, what: string): string {
 
 /**
  * The client id of an HTTP Basic `Authorization` header (RFC 6749 section 2.3.1), or undefined when
- * the header is absent or uses another scheme. Malformed Basic credentials are an InvalidRequest.
+ * the header is absent or uses another scheme. Malformed Basic credentials (the secret's encoding
+ * included) are an InvalidRequest.
  */
 export function basicClientId (authorization: string | undefined): string | undefined {
   if (authorization === undefined || !BASIC.test(authorization)) return undefined
@@ -55,7 +56,11 @@ export function basicClientId (authorization: string | undefined): string | unde
   const decoded = Buffer.from(encoded, 'base64').toString('utf8')
   const colon = decoded.indexOf(':')
   if (colon === -1) throw new InvalidRequest('Basic credentials lack the ":" between client id and secret')
-  return formDecode(decoded.slice(0, colon), 'the Basic client id')
+  const id = formDecode(decoded.slice(0, colon), 'the Basic client id')
+  // The secret is checked, not kept: credentials malformed in either half are refused whole, here,
+  // rather than failing the handler's own decoding after the unit was taken.
+  formDecode(decoded.slice(colon + 1), 'the Basic client secret')
+  return id
 }
 
 /**

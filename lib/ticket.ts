@@ -25,7 +25,9 @@ export interface HeldReservation {
  * onError), whether or not the client is still there to read it: settling when the response
  * finishes (onResponse) would let a stranger decide, by hanging up or resetting an HTTP/2 stream,
  * whether a failed exchange counts against the client it named. A ticket that is never settled (no
- * answer, a hijacked reply, a reply handed to the not-found handler) keeps its units spent.
+ * answer, a hijacked reply, a reply handed to the not-found handler) keeps its units spent. An
+ * outcome set to `'rejected'` after settlement (by an error handler, which Fastify runs after
+ * onError) refunds then: a refund is exact whenever it comes, and never given twice.
  */
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** The units this request holds, in the order they were taken. */
@@ -34,6 +36,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   refused = false
   #outcome: PaceOutcome = 'accepted'
   #settled = false
+  #refunded = false
 
   /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
   get outcome (): PaceOutcome {
@@ -45,6 +48,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
       throw new TypeError(`exchangepace: request.pace.outcome must be 'accepted' or 'rejected', got ${String(value)}`)
     }
     this.#outcome = value
+    if (value === 'rejected' && this.#settled) this.#refundAccepted()
   }
 
   /** Whether the reservations have been committed or refunded. */
@@ -66,7 +70,13 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   _settle (): void {
     if (this.#settled) return
     this.#settled = true
-    if (this.#outcome !== 'rejected') return
+    if (this.#outcome === 'rejected') this.#refundAccepted()
+  }
+
+  /** Refunds every reservation spent `'accepted'`, once. */
+  #refundAccepted (): void {
+    if (this.#refunded) return
+    this.#refunded = true
     for (const held of this.held) {
       if (held.spend === 'accepted') held.reservation.refund()
     }

@@ -86,6 +86,21 @@ t.test('schema validation failures are OAuth invalid_request answers', async t =
   t.equal(noBody.json().error, 'invalid_request')
 })
 
+t.test('a body Fastify cannot read is the client\'s error: invalid_request with its status, nothing spent from the client', async t => {
+  const { token, clientRows } = await server(t)
+  const cases: Array<[Record<string, string>, string, number]> = [
+    [{ 'content-type': 'application/json' }, '{"client_id": "reporting"', 400],
+    [{ 'content-type': 'application/xml' }, '<client_id>reporting</client_id>', 415],
+    [{ ...form, authorization: basic('reporting', 'x') }, 'grant_type=client_credentials&'.padEnd(2_000_000, 'a'), 413]
+  ]
+  for (const [headers, payload, status] of cases) {
+    const response = await token(headers, payload)
+    t.equal(response.statusCode, status, headers['content-type'])
+    t.equal(response.json().error, 'invalid_request')
+  }
+  t.equal(clientRows(), 0)
+})
+
 t.test('an unexpected error is a server_error', async t => {
   const app = buildServer({ now: () => 0 })
   t.teardown(() => app.close())

@@ -139,6 +139,8 @@ t.test('HTTP Basic', async t => {
       [basic('a%zz:secret'), 'the Basic client id has a malformed percent-encoding'],
       [basic('a%:secret'), 'the Basic client id has a malformed percent-encoding'],
       [basic('%C3:secret'), 'the Basic client id has a malformed percent-encoding'], // half a UTF-8 sequence
+      [basic('client-1:a%zz'), 'the Basic client secret has a malformed percent-encoding'],
+      [basic('client-1:%'), 'the Basic client secret has a malformed percent-encoding'],
       [basic('a%00b:secret'), 'the Basic client id contains non-printable characters'],
       [basic('a%0Ab:secret'), 'the Basic client id contains non-printable characters'],
       [basic('a\u0001b:secret'), 'the Basic client id contains non-printable characters']

@@ -67,6 +67,7 @@ const BAD: Case[] = [
   { name: 'Basic with only spaces after it', authorization: 'Basic   ', description: 'Basic credentials are not valid base64' },
   { name: 'Basic without a colon', authorization: `Basic ${Buffer.from('alice').toString('base64')}`, description: 'Basic credentials lack the ":" between client id and secret' },
   { name: 'Basic with a bad percent-encoding', authorization: `Basic ${Buffer.from('al%zzice:s').toString('base64')}`, description: 'the Basic client id has a malformed percent-encoding' },
+  { name: 'Basic with a bad percent-encoding in the secret', authorization: `Basic ${Buffer.from('alice:s%zz').toString('base64')}`, description: 'the Basic client secret has a malformed percent-encoding' },
   { name: 'Basic with an empty id', authorization: `Basic ${Buffer.from(':secret').toString('base64')}`, description: 'the Basic client id must not be empty' },
   { name: 'Basic with an encoded control character', authorization: `Basic ${Buffer.from('al%01ice:s').toString('base64')}`, description: 'the Basic client id contains non-printable characters' },
   { name: 'Basic id longer than 255', authorization: basic('y'.repeat(256), 's'), description: 'the Basic client id is longer than 255 characters' },

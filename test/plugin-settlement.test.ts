@@ -196,7 +196,7 @@ t.test('a request answered before the preHandler reserves nothing on a client pa
   t.equal(app.pace.get('/blocked')!.size, 0)
 })
 
-t.test('the outcome set after the response changes nothing: settlement happened once, as the answer was sent', async t => {
+t.test('an outcome set to rejected after settlement refunds then; set back to accepted, it spends nothing again', async t => {
   let ticket: PaceTicket | null = null
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { config: { pace: CLIENT_1 } }, async (request) => {
@@ -206,8 +206,34 @@ t.test('the outcome set after the response changes nothing: settlement happened 
   })
   t.equal((await post(app)).statusCode, 200)
   t.equal(ticket!.settled, true)
+  t.equal(app.pace.get('/token')!.size, 1, 'committed as the answer was sent')
   ticket!.outcome = 'rejected'
-  t.equal((await post(app)).statusCode, 429, 'the late flag refunded nothing')
+  t.equal(app.pace.get('/token')!.size, 0, 'the late flag refunded the unit')
+  ticket!.outcome = 'accepted'
+  t.equal(app.pace.get('/token')!.size, 0, 'a refund is not taken back')
+  t.equal((await post(app)).statusCode, 200)
+})
+
+t.test('an error handler (setErrorHandler runs after onError, which settled) may still flag the exchange rejected', async t => {
+  class InvalidClient extends Error {}
+  const app = await build(t, { now: () => 0 }, app => {
+    app.setErrorHandler((error, request, reply) => {
+      if (error instanceof InvalidClient) {
+        if (request.pace !== null) request.pace.outcome = 'rejected'
+        return reply.code(401).send({ error: 'invalid_client' })
+      }
+      return reply.send(error)
+    })
+    app.post('/token', { config: { pace: CLIENT_1 } }, async (request) => {
+      if ((request.body as Record<string, string>).client_secret !== 'right') throw new InvalidClient()
+      return { ok: true }
+    })
+  })
+  const stranger = await post(app, '/token', ['client_secret', 'wrong'])
+  t.equal(stranger.statusCode, 401)
+  t.same(stranger.json(), { error: 'invalid_client' })
+  t.equal((await post(app, '/token', ['client_secret', 'wrong'])).statusCode, 401, 'the stranger burnt nothing')
+  t.equal((await post(app, '/token', ['client_secret', 'right'])).statusCode, 200, 'the client still has its unit')
 })
 
 t.test('request.pace.outcome accepts only accepted or rejected', async t => {
@@ -238,7 +264,7 @@ t.test('a handler timeout (Fastify handlerTimeout) settles the 503 like any resp
       if (mode === 'reject-first') request.pace!.outcome = 'rejected'
       if (mode === 'reject-on-signal') request.signal.addEventListener('abort', () => { request.pace!.outcome = 'rejected' })
       await release.promise
-      request.pace!.outcome = 'rejected' // too late: the 503 was settled already
+      request.pace!.outcome = 'rejected' // after the 503 was settled: refunds then
       return { late: true }
     })
   })
@@ -254,7 +280,7 @@ t.test('a handler timeout (Fastify handlerTimeout) settles the 503 like any resp
   const pace = app.pace.get('/token')!
   let left = 0
   while (pace.reserve('victim').granted) left++
-  t.equal(left, 2, 'only the first timeout spent: the two flagged ones were refunded, the late flags changed nothing')
+  t.equal(left, 3, 'the two flagged before the 503 were refunded as it was sent, the first by its late flag')
 })
 
 /** A server on 127.0.0.1, port 0, closed when `t` ends. */
