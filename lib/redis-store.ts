@@ -89,7 +89,9 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
  * run's latest grant gives its unit and uncounts; any other gives what the later grants still kept
  * leave room for, and is marked refunded (the marks are counted byte by byte: LuaBitOp's
  * operations take doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where
- * it stops reading them exactly). A key left at or before the latest grant is full and goes without
+ * it stops reading them exactly). A grant already refunded (uncounted as the latest, or marked)
+ * gives nothing again: ioredis resends a command whose answer a lost connection kept from it, and
+ * Redis may have run it already. A key left at or before the latest grant is full and goes without
  * a reading of the clock (a stranger's rejected exchange); one whose time stays keeps its expiry
  * (only the mark changes); one that moves is written with the expiry its new time calls for.
  */
@@ -108,6 +110,7 @@ if grants == tonumber(ARGV[3]) then
 else
   local later = grants - ARGV[3]
   local bits = bit.tobit(marks)
+  if later < 0 or (later < 32 and bit.band(bits, bit.lshift(1, later)) ~= 0) then return 0 end
   if later < 32 then bits = bit.band(bits, bit.lshift(1, later) - 1) end
   bits = bits - bit.band(bit.rshift(bits, 1), 0x55555555)
   bits = bit.band(bits, 0x33333333) + bit.band(bit.rshift(bits, 2), 0x33333333)

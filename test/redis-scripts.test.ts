@@ -113,6 +113,21 @@ if (client !== null) {
     t.equal(await client.exists(redisKey('c')), 1)
   })
 
+  t.test('a refund run twice (ioredis resends a command whose answer a lost connection kept) gives back once', async t => {
+    const { pace, redisKey } = paceOf('twice', 3)
+    const key = redisKey('c')
+    const grants = [grantOf(await pace.reserve('c')), grantOf(await pace.reserve('c')), grantOf(await pace.reserve('c'))]
+    t.equal(await refund(key, 3, ...grants[0]), 1, 'an earlier grant is marked refunded')
+    const marked = await rowAt(key)
+    t.equal(await refund(key, 3, ...grants[0]), 0, 'run again, it gives nothing')
+    t.same(await rowAt(key), marked)
+    t.equal(await refund(key, 3, ...grants[2]), 1, 'the latest grant is uncounted')
+    const uncounted = await rowAt(key)
+    t.equal(await refund(key, 3, ...grants[2]), 0, 'run again, it gives nothing')
+    t.same(await rowAt(key), uncounted)
+    await client.del(key)
+  })
+
   t.test('refunds in any order give every unit back when nothing else was spent', async t => {
     for (const order of [[0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0]]) {
       const { pace, redisKey } = paceOf(`order-${order.join('')}`, 10)
@@ -165,9 +180,10 @@ if (client !== null) {
     await client.set(key, rowOf(...row), 'PX', 5000)
     t.equal(await refund(key, 100, run, 1, run), 1)
     t.same(await rowAt(key), row, 'the 30 later grants still kept hold the row where it is (beyond 32 back, nothing is marked)')
-    await client.set(key, rowOf((now + 5 * UNIT) % wrap, run, 40, now, 0xffffffff), 'PX', 5000)
+    // Every bit set but grant 33's own (bit 7).
+    await client.set(key, rowOf((now + 5 * UNIT) % wrap, run, 40, now, 0xffffff7f), 'PX', 5000)
     t.equal(await refund(key, 100, run, 33, run), 1)
-    t.same(await rowAt(key), [(now + 4 * UNIT) % wrap, run, 40, now, 0xffffffff], 'all 7 later grants refunded: one unit back; its own bit was already set and stays set')
+    t.same(await rowAt(key), [(now + 4 * UNIT) % wrap, run, 40, now, 0xffffffff], 'all 7 later grants refunded: one unit back, and its own bit set')
     await client.del(key)
   })
 
