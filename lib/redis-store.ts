@@ -5,24 +5,26 @@ import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 /**
  * A row's layout for Lua's struct library, little-endian: the format byte, then full, run, count
- * and last as doubles, then the marks as an unsigned 32-bit integer.
+ * and last as doubles, the marks as an unsigned 32-bit integer, and the rate it was written at as
+ * a double.
  */
-const ROW = '<BddddI4'
+const ROW = '<BddddI4d'
 
 /**
  * Lua: whether the key's value `row` (false when there is no key) is a row the scripts wrote: the
- * size of ROW (37 bytes) and the format byte. Anything else (an earlier build's text row, a foreign
+ * size of ROW (45 bytes) and the format byte (2). Anything else (an earlier build's row, a foreign
  * value under the prefix) is no row: struct.unpack would fail on it, and a failing script is an
  * outage for the whole store.
  */
-const IS_ROW = 'row and #row == 37 and string.byte(row) == 1'
+const IS_ROW = 'row and #row == 45 and string.byte(row) == 2'
 
 /**
- * The pace in Redis, with the in-process Pace's semantics. A key holds one row of 37 bytes,
- * `struct.pack(ROW, 1, full, run, count, last, marks)`: a format byte (1), the Redis TIME at which
- * the bucket is full again, and for refunds (as in `Pace`) when the run of spending began, the
- * grants counted in it, when the latest came, and which of the 32 latest were refunded (bit i: the
- * grant i before the latest). No key means a full bucket, and every write sets the key to expire
+ * The pace in Redis, with the in-process Pace's semantics. A key holds one row of 45 bytes,
+ * `struct.pack(ROW, 2, full, run, count, last, marks, rate)`: a format byte (2), the Redis TIME at
+ * which the bucket is full again, and for refunds (as in `Pace`) when the run of spending began,
+ * the grants counted in it, when the latest came, which of the 32 latest were refunded (bit i: the
+ * grant i before the latest), and the rate whose microticks (below) its times are counted in. No
+ * key means a full bucket, and every write sets the key to expire
  * at the moment it is full again (PX), so Redis holds only the keys that spent within the last
  * second. Each operation is one script on one key: atomic on the server, no read-then-write from
  * Node, and valid on Redis Cluster. The clock is the server's, so every replica shares it.
@@ -37,9 +39,11 @@ const IS_ROW = 'row and #row == 37 and string.byte(row) == 1'
  * (doubles, which hold those integers exactly, and the marks as an unsigned 32-bit integer)
  * because converting numbers to and from text cost Redis more than the arithmetic; for the same
  * reason the expiry goes to Redis as text formatted with %d (Redis would format a Lua number
- * argument as a 17-digit double). A value not in this format (not 37 bytes, or not starting with
- * the format byte, such as the text rows of earlier builds, which live at most a second) reads as
- * no row: a full bucket. The scripts are straight-line code: a Lua local function is a closure
+ * argument as a 17-digit double). A value not in this format (not 45 bytes, or not starting with
+ * the format byte, such as the rows of earlier builds, which live at most a second) reads as no
+ * row: a full bucket. Replicas that declare different rates for one pace (a deploy that changes
+ * `perSecond`) share its rows: a reserve reads a row written at another rate as the same moments in
+ * its own microticks (the bucket as far from full in time), and a refund leaves such a row alone. The scripts are straight-line code: a Lua local function is a closure
  * built anew on every call.
  */
 const CLOCK = `
@@ -65,7 +69,11 @@ local run = at
 local count = 1
 local marks = 0
 if ${IS_ROW} then
-  local _, full, since, grants, last, refunded = struct.unpack('${ROW}', row)
+  local _, full, since, grants, last, refunded, written = struct.unpack('${ROW}', row)
+  if written ~= rate then
+    full = math.floor(full / written * rate + 0.5) % wrap
+    since = math.floor(since / written * rate + 0.5) % wrap
+  end
   local spent = (full - now) % wrap
   if spent > 0 and spent <= wrap / 2 then
     after = math.min(spent, 1000000 * rate) + 1000000
@@ -78,14 +86,15 @@ local shortfall = after - 1000000 * rate
 if shortfall > 0.5 then
   return struct.pack('<d', shortfall / rate / 1000)
 end
-redis.call('SET', KEYS[1], struct.pack('${ROW}', 1, math.floor(now + after + 0.5) % wrap, run, count, at, marks), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
+redis.call('SET', KEYS[1], struct.pack('${ROW}', 2, math.floor(now + after + 0.5) % wrap, run, count, at, marks, rate), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
 return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count, at)
 `
 
 /**
  * Gives back grant number ARGV[3] of the run that began at ARGV[2], made at ARGV[4], by
  * `Pace._giveBack`'s rule, counted from the latest grant (`ahead`: how far the stored time is past
- * it): nothing once the run is over (no key, a value not in the row's format, or another run); the
+ * it): nothing once the run is over (no key, a value not in the row's format, or another run) or
+ * when the row was written at another rate (its times are counted in other microticks); the
  * run's latest grant gives its unit and uncounts; any other gives what the later grants still kept
  * leave room for, and is marked refunded (the marks are counted byte by byte: LuaBitOp's
  * operations take doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where
@@ -98,8 +107,8 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
 const REFUND = `
 local row = redis.call('GET', KEYS[1])
 if not (${IS_ROW}) then return 0 end
-local _, full, since, grants, last, marks = struct.unpack('${ROW}', row)
-if since ~= tonumber(ARGV[2]) then return 0 end
+local _, full, since, grants, last, marks, written = struct.unpack('${ROW}', row)
+if since ~= tonumber(ARGV[2]) or written ~= tonumber(ARGV[1]) then return 0 end
 local span = 4294967296 * ARGV[1]
 local ahead = (full - last) % span
 local left
@@ -124,7 +133,7 @@ if left <= 0.5 then
   return 1
 end
 if left >= ahead then
-  redis.call('SET', KEYS[1], struct.pack('${ROW}', 1, full, since, grants, last, marks), 'KEEPTTL')
+  redis.call('SET', KEYS[1], struct.pack('${ROW}', 2, full, since, grants, last, marks, written), 'KEEPTTL')
   return 1
 end
 ${CLOCK}
@@ -132,7 +141,7 @@ local spent = (last + left - now) % wrap
 if spent == 0 or spent > wrap / 2 then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], struct.pack('${ROW}', 1, (last + left) % wrap, since, grants, last, marks), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
+  redis.call('SET', KEYS[1], struct.pack('${ROW}', 2, (last + left) % wrap, since, grants, last, marks, rate), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
 end
 return 1
 `

@@ -81,15 +81,19 @@ if (client !== null) {
     const wrap = 2 ** 32 * rate
     return { now: Math.round(((Number(seconds) * 1e6 + Number(micros)) % 2 ** 32) * rate), wrap }
   }
-  /** A row as the scripts write it: the format byte 1, full, run, count and last as doubles, the marks as a uint32, little-endian. */
-  const rowOf = (full: number, run: number, count: number, last: number, marks: number): Buffer => {
-    const row = Buffer.alloc(37)
-    row.writeUInt8(1, 0)
+  /**
+   * A row as the scripts write it: the format byte 2, full, run, count and last as doubles, the
+   * marks as a uint32, and the rate it was written at as a double, little-endian.
+   */
+  const rowOf = (full: number, run: number, count: number, last: number, marks: number, rate = 10): Buffer => {
+    const row = Buffer.alloc(45)
+    row.writeUInt8(2, 0)
     row.writeDoubleLE(full, 1)
     row.writeDoubleLE(run, 9)
     row.writeDoubleLE(count, 17)
     row.writeDoubleLE(last, 25)
     row.writeUInt32LE(marks, 33)
+    row.writeDoubleLE(rate, 37)
     return row
   }
   /** The row a key holds, as [full, run, count, last, marks]. */
@@ -177,13 +181,37 @@ if (client !== null) {
     const run = (now - 5 * UNIT + wrap) % wrap
     // 40 grants, the latest now; the row 5 units ahead; grants 9 to 16 and 32 refunded (bits 24-31 and 8).
     const row = [(now + 5 * UNIT) % wrap, run, 40, now, 0xff000100] as const
-    await client.set(key, rowOf(...row), 'PX', 5000)
+    await client.set(key, rowOf(...row, 100), 'PX', 5000)
     t.equal(await refund(key, 100, run, 1, run), 1)
     t.same(await rowAt(key), row, 'the 30 later grants still kept hold the row where it is (beyond 32 back, nothing is marked)')
     // Every bit set but grant 33's own (bit 7).
-    await client.set(key, rowOf((now + 5 * UNIT) % wrap, run, 40, now, 0xffffff7f), 'PX', 5000)
+    await client.set(key, rowOf((now + 5 * UNIT) % wrap, run, 40, now, 0xffffff7f, 100), 'PX', 5000)
     t.equal(await refund(key, 100, run, 33, run), 1)
     t.same(await rowAt(key), [(now + 4 * UNIT) % wrap, run, 40, now, 0xffffffff], 'all 7 later grants refunded: one unit back, and its own bit set')
+    await client.del(key)
+  })
+
+  t.test('replicas declaring different rates for one pace (a deploy changing perSecond) share its bucket, as far from full in time', async t => {
+    const prefix = uniquePrefix('rates')
+    const store = new RedisStore({ client, prefix, timeoutMs: 1000 })
+    const slow = store.pace('p', 5, new Pace({ perSecond: 5 }), silent)
+    const fast = store.pace('p', 10, new Pace({ perSecond: 10 }), silent)
+    const granted = [0, 0]
+    let slowGrant: unknown = null
+    for (let i = 0; i < 30; i++) {
+      const reservation = await (i % 2 === 0 ? slow : fast).reserve('c')
+      if (!reservation.granted) continue
+      granted[i % 2]++
+      if (i % 2 === 0) slowGrant = reservation
+    }
+    // Each grant at 5/s moves the bucket 0.2 s from full, each at 10/s 0.1 s: 3 and 4 fill the second.
+    t.ok(granted[0] >= 1 && granted[1] >= 1, `both replicas are paced, neither locked out: ${granted.join(' and ')}`)
+    t.ok(granted[0] + granted[1] <= 8, `together no more than the second of the faster rate allows: ${granted[0] + granted[1]}`)
+    const key = `${prefix}p:c`
+    const row = await client.getBuffer(key)
+    t.equal(row!.readDoubleLE(37), 10, 'the row carries the rate of its latest writer')
+    t.equal(await refund(key, 5, ...grantOf(slowGrant)), 0, 'a refund at another rate gives nothing')
+    t.same(await client.getBuffer(key), row)
     await client.del(key)
   })
 
@@ -193,7 +221,9 @@ if (client !== null) {
     const { now, wrap } = await microticksNow(10)
     const text = `${(now + 9 * UNIT) % wrap}:${now}:9:${now}:0`
     const short = Buffer.from([1, 2, 3])
-    for (const foreign of [text, short, Buffer.concat([rowOf((now + 9 * UNIT) % wrap, now, 9, now, 0), short])]) {
+    const earlierBinary = Buffer.from(rowOf((now + 9 * UNIT) % wrap, now, 9, now, 0).subarray(0, 37))
+    earlierBinary[0] = 1 // the binary row before it carried its rate
+    for (const foreign of [text, short, earlierBinary, Buffer.concat([rowOf((now + 9 * UNIT) % wrap, now, 9, now, 0), short])]) {
       await client.set(key, foreign, 'PX', 5000)
       t.equal(await refund(key, 10, now, 1, now), 0)
       t.same(await client.getBuffer(key), Buffer.from(foreign), 'the refund leaves it as it was')
