@@ -24,10 +24,10 @@ const IS_ROW = 'row and #row == 45 and string.byte(row) == 2'
  * which the bucket is full again, and for refunds (as in `Pace`) when the run of spending began,
  * the grants counted in it, when the latest came, which of the 32 latest were refunded (bit i: the
  * grant i before the latest), and the rate whose microticks (below) its times are counted in. No
- * key means a full bucket, and every write sets the key to expire
- * at the moment it is full again (PX), so Redis holds only the keys that spent within the last
- * second. Each operation is one script on one key: atomic on the server, no read-then-write from
- * Node, and valid on Redis Cluster. The clock is the server's, so every replica shares it.
+ * key means a full bucket, and every write sets the key to expire at the moment it is full again
+ * (PX), so Redis holds only the keys that spent within the last second. Each operation is one
+ * script on one key: atomic on the server, no read-then-write from Node, and valid on Redis
+ * Cluster. The clock is the server's, so every replica shares it.
  *
  * Time is counted in microticks: one microsecond of TIME is `rate` microticks, so one unit refills
  * in exactly 1e6 microticks and a bucket holds 1e6 x rate, and a debit or a refund adds or
@@ -36,15 +36,15 @@ const IS_ROW = 'row and #row == 45 and string.byte(row) == 2'
  * per second; a stored time is never more than one bucket ahead of now (the key expires when it is
  * reached), so its distance to now is read unambiguously from the modular difference, and it is
  * capped at one bucket in case Redis's clock (wall-clock time) steps back. The row is binary
- * (doubles, which hold those integers exactly, and the marks as an unsigned 32-bit integer)
- * because converting numbers to and from text cost Redis more than the arithmetic; for the same
- * reason the expiry goes to Redis as text formatted with %d (Redis would format a Lua number
- * argument as a 17-digit double). A value not in this format (not 45 bytes, or not starting with
- * the format byte, such as the rows of earlier builds, which live at most a second) reads as no
- * row: a full bucket. Replicas that declare different rates for one pace (a deploy that changes
- * `perSecond`) share its rows: a reserve reads a row written at another rate as the same moments in
- * its own microticks (the bucket as far from full in time), and a refund leaves such a row alone. The scripts are straight-line code: a Lua local function is a closure
- * built anew on every call.
+ * (doubles, which hold those integers exactly, and the marks as an unsigned 32-bit integer) because
+ * converting numbers to and from text cost Redis more than the arithmetic; for the same reason the
+ * expiry goes to Redis as text formatted with %d (Redis would format a Lua number argument as a
+ * 17-digit double). A value not in this format (not 45 bytes, or not starting with the format byte,
+ * such as the rows of earlier builds, which live at most a second) reads as no row: a full bucket.
+ * Replicas that declare different rates for one pace (a deploy that changes `perSecond`) share its
+ * rows: a reserve reads a row written at another rate as the same moments in its own microticks
+ * (the bucket as far from full in time), and a refund leaves such a row alone. The scripts are
+ * straight-line code: a Lua local function is a closure built anew on every call.
  */
 const CLOCK = `
 local rate = tonumber(ARGV[1])
@@ -268,8 +268,6 @@ class RedisPace implements SharedPace {
   readonly #log: FastifyBaseLogger
   readonly #closed: PaceReservation
   readonly #deadlines: Deadlines
-  /** Units were reserved from the fallback pace, and it may still hold rows. */
-  #fellBack = false
 
   constructor (store: RedisStore, commands: PaceCommands, prefix: string, perSecond: number, local: Pace, log: FastifyBaseLogger) {
     this.#store = store
@@ -312,7 +310,6 @@ class RedisPace implements SharedPace {
         // The request first: a logger that throws must not leave it waiting.
         resolve(length === GRANT_BYTES ? new RedisReservation(this, redisKey, reply) : refusedByRedis(reply.readDoubleLE(0)))
         this.#store._answered(this.#log)
-        if (this.#fellBack) this.#tidyFallback()
       }, (err: Error) => {
         if (deadlines.answer(waiting)) this.#failed(key, err, resolve)
       })
@@ -346,19 +343,16 @@ class RedisPace implements SharedPace {
   #unavailable (key: string): PaceReservation {
     const mode = this.#store.whenUnavailable
     if (mode === 'fallback') {
-      this.#fellBack = true
+      this.#store._fellBack(this)
       return this.#local.reserve(key)
     }
     return mode === 'open' ? OPEN : this.#closed
   }
 
-  /**
-   * After an outage the fallback pace is no longer reserved from, so nothing would sweep its rows:
-   * each answer from Redis tidies it (a sweep when one is due) until it holds none.
-   */
-  #tidyFallback (): void {
+  /** @internal Sweeps the fallback pace when a sweep is due, and says whether it still holds rows. */
+  _tidyFallback (): boolean {
     this.#local.tidy()
-    this.#fellBack = this.#local.size > 0
+    return this.#local.size > 0
   }
 }
 
@@ -382,6 +376,8 @@ export class RedisStore implements PaceStore {
   readonly _deadlines: Deadlines
   #unavailable = false
   #triedAt = 0
+  /** The paces that reserved from their fallback and may still hold rows there. */
+  readonly #fallenBack = new Set<RedisPace>()
 
   constructor (options: RedisStoreOptions) {
     const { client, prefix = 'exchangepace:', timeoutMs = 50, whenUnavailable = 'fallback', retryMs = 1000 } = options ?? {}
@@ -436,8 +432,20 @@ export class RedisStore implements PaceStore {
     log.warn({ err }, `exchangepace: Redis store unavailable (${err.message}); ${fallback} until it answers again`)
   }
 
-  /** @internal Redis answered: end the outage, if there was one. */
+  /** @internal A pace reserved from its fallback. */
+  _fellBack (pace: RedisPace): void {
+    this.#fallenBack.add(pace)
+  }
+
+  /**
+   * @internal Redis answered: end the outage, if there was one. After an outage the fallback paces
+   * are no longer reserved from, so nothing else would sweep their rows: each answer, whichever
+   * pace it is for, tidies them (a sweep when one is due) until they hold none.
+   */
   _answered (log: FastifyBaseLogger): void {
+    if (this.#fallenBack.size > 0) {
+      for (const pace of this.#fallenBack) if (!pace._tidyFallback()) this.#fallenBack.delete(pace)
+    }
     if (!this.#unavailable) return
     this.#unavailable = false
     log.info('exchangepace: Redis store answers again; paces are shared by all replicas again')

@@ -70,7 +70,7 @@ function setup (options: Partial<ConstructorParameters<typeof RedisStore>[0]> = 
   const local = new Pace({ perSecond: 2, now: () => now })
   const { log, lines } = recordingLog()
   const pace = store.pace('/token', 2, local, log)
-  return { client, store, local, pace, lines, tick: (ms: number) => { now += ms } }
+  return { client, store, local, pace, log, lines, clock: () => now, tick: (ms: number) => { now += ms } }
 }
 
 t.test('constructor rejects what is not an ioredis client or a valid option, naming it', async t => {
@@ -228,6 +228,21 @@ t.test('a logger that throws does not leave the request waiting', async t => {
   thrown = intercept('uncaughtException')
   t.ok((await silent.pace.reserve('b')).granted, 'no answer in time: the request falls back')
   t.match(await thrown, { message: 'logger down' })
+})
+
+t.test('after an outage, answers for another pace sweep a fallback no request reserves from any more', async t => {
+  const { client, store, local, pace, log, clock, tick } = setup({ retryMs: 1 })
+  const other = store.pace('/authorize', 2, new Pace({ perSecond: 2, now: clock }), log)
+  const first = pace.reserve('reporting')
+  client.reserves[0].reject(new Error('ECONNREFUSED'))
+  t.ok((await first).granted)
+  t.equal(local.size, 1, 'a row in /token\'s memory from the outage')
+  await sleep(5)
+  tick(1000) // one horizon: the row's bucket is full again
+  const back = other.reserve('192.0.2.7')
+  client.reserves[1].resolve([1, 7000, 1, 7000])
+  await back
+  t.equal(local.size, 0, 'swept by an answer for /authorize')
 })
 
 t.test('after an outage, answers from Redis sweep the fallback\'s rows once they have refilled', async t => {
