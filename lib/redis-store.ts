@@ -10,13 +10,16 @@ import type { PaceReservation, PaceStore, SharedPace } from './store.js'
  */
 const ROW = '<BddddI4d'
 
+/** The format byte every row starts with (the rows of earlier builds had 1, or were text). */
+const ROW_FORMAT = 2
+
 /**
  * Lua: whether the key's value `row` (false when there is no key) is a row the scripts wrote: the
  * size of ROW (45 bytes) and the format byte (2). Anything else (an earlier build's row, a foreign
  * value under the prefix) is no row: struct.unpack would fail on it, and a failing script is an
  * outage for the whole store.
  */
-const IS_ROW = 'row and #row == 45 and string.byte(row) == 2'
+const IS_ROW = `row and #row == 45 and string.byte(row) == ${ROW_FORMAT}`
 
 /**
  * The pace in Redis, with the in-process Pace's semantics. A key holds one row of 45 bytes,
@@ -86,7 +89,7 @@ local shortfall = after - 1000000 * rate
 if shortfall > 0.5 then
   return struct.pack('<d', shortfall / rate / 1000)
 end
-redis.call('SET', KEYS[1], struct.pack('${ROW}', 2, math.floor(now + after + 0.5) % wrap, run, count, at, marks, rate), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
+redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, math.floor(now + after + 0.5) % wrap, run, count, at, marks, rate), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
 return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count, at)
 `
 
@@ -133,7 +136,7 @@ if left <= 0.5 then
   return 1
 end
 if left >= ahead then
-  redis.call('SET', KEYS[1], struct.pack('${ROW}', 2, full, since, grants, last, marks, written), 'KEEPTTL')
+  redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, full, since, grants, last, marks, written), 'KEEPTTL')
   return 1
 end
 ${CLOCK}
@@ -141,7 +144,7 @@ local spent = (last + left - now) % wrap
 if spent == 0 or spent > wrap / 2 then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], struct.pack('${ROW}', 2, (last + left) % wrap, since, grants, last, marks, rate), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
+  redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, (last + left) % wrap, since, grants, last, marks, rate), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
 end
 return 1
 `
