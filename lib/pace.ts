@@ -200,8 +200,8 @@ export class Pace {
 
   /**
    * Deletes the rows that refill has made full when a sweep is due, by the rule `reserve` follows.
-   * For a pace that requests have stopped reserving from, such as a shared store's fallback once
-   * the store answers again, whose rows would otherwise stay until its next reserve.
+   * For a pace that requests have stopped reserving from, such as the memory of a shared store's
+   * pace whose route gets no more requests, whose rows would otherwise stay until its next reserve.
    */
   tidy (): void {
     this.#sweepIfDue(this.#now() * this.perSecond)

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { Deadlines, Waiting } from './deadlines.js'
-import type { Pace } from './pace.js'
+import type { Pace, Reservation } from './pace.js'
 import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 /**
@@ -216,7 +216,8 @@ const OUTAGE: Record<RedisUnavailable, string> = {
 const OPEN: PaceReservation = Object.freeze({ granted: true, remaining: 0, retryAfterMs: 0, refund () {} })
 
 /**
- * A unit Redis granted: refunded in Redis, once, without waiting for the answer. The grant is
+ * A unit Redis granted: refunded in Redis, once, without waiting for the answer, and in this
+ * replica's memory too when the fallback pace also granted it (see `RedisPace`). The grant is
  * named as the scripts name it, in their microticks: the run's start, the grant's number in the
  * run, and its time, as the reserve script answered.
  */
@@ -228,11 +229,17 @@ class RedisReservation implements PaceReservation {
   readonly count: number
   readonly at: number
   #pace: RedisPace | null
+  readonly #local: Reservation | null
 
-  /** `reply`: the reserve script's grant, the units left, the run, the grant's number and its time. */
-  constructor (pace: RedisPace, readonly redisKey: string, reply: Buffer) {
+  /**
+   * `reply`: the reserve script's grant, the units left, the run, the grant's number and its time.
+   * `local`: the fallback pace's grant of the same request, if it took one.
+   */
+  constructor (pace: RedisPace, readonly redisKey: string, reply: Buffer, local: Reservation | null) {
     this.#pace = pace
-    this.remaining = reply.readDoubleLE(0)
+    this.#local = local
+    const remaining = reply.readDoubleLE(0)
+    this.remaining = local === null ? remaining : Math.min(remaining, local.remaining)
     this.run = reply.readDoubleLE(8)
     this.count = reply.readDoubleLE(16)
     this.at = reply.readDoubleLE(24)
@@ -242,6 +249,7 @@ class RedisReservation implements PaceReservation {
     const pace = this.#pace
     if (pace === null) return
     this.#pace = null
+    this.#local?.refund()
     pace.giveBack(this.redisKey, this.run, this.count, this.at)
   }
 }
@@ -253,47 +261,63 @@ function refusedByRedis (retryAfterMs: number): PaceReservation {
 
 /** A reservation waiting for Redis: past the store's timeout, its request takes the unavailable path. */
 class ReserveWaiting extends Waiting {
-  constructor (readonly pace: RedisPace, readonly key: string, readonly resolve: (reservation: PaceReservation) => void) {
+  constructor (readonly pace: RedisPace, readonly local: Reservation | null, readonly resolve: (reservation: PaceReservation) => void) {
     super()
   }
 
   expire (): void {
-    this.pace._expired(this.key, this.resolve)
+    this.pace._expired(this.local, this.resolve)
   }
 }
 
+/**
+ * One pace in Redis. With `whenUnavailable: 'fallback'`, every request is also paced in this
+ * replica's memory, and granted only when both grant: first the fallback pace (a refusal there
+ * never asks Redis), then Redis (a refusal there gives the fallback's unit back). The fallback
+ * therefore holds every unit this replica granted, whichever store answered, and the rate holds
+ * per replica at every moment, outages and returns included: a switch to the fallback finds the
+ * bucket this replica's own spending left (not a full one), and a return to Redis cannot grant on
+ * top of what the fallback granted while Redis did not hear of it. While Redis answers, the
+ * fallback refuses only what this replica alone has already spent, so the shared bucket decides
+ * (the two clocks can differ at a bucket's edge by the round trip's jitter).
+ */
 class RedisPace implements SharedPace {
   readonly #store: RedisStore
   readonly #commands: PaceCommands
   readonly #prefix: string
   readonly #perSecond: number
-  readonly #local: Pace
+  /** This replica's pace of the name, with `whenUnavailable: 'fallback'`; null with 'open' or 'closed'. */
+  readonly #local: Pace | null
   readonly #log: FastifyBaseLogger
-  readonly #closed: PaceReservation
+  readonly #unavailable: PaceReservation
   readonly #deadlines: Deadlines
 
-  constructor (store: RedisStore, commands: PaceCommands, prefix: string, perSecond: number, local: Pace, log: FastifyBaseLogger) {
+  constructor (store: RedisStore, commands: PaceCommands, prefix: string, perSecond: number, local: Pace | null, log: FastifyBaseLogger) {
     this.#store = store
     this.#commands = commands
     this.#prefix = prefix
     this.#perSecond = perSecond
     this.#local = local
     this.#log = log
-    this.#closed = Object.freeze({ granted: false, remaining: 0, retryAfterMs: store.retryMs, refund () {} })
+    this.#unavailable = store.whenUnavailable === 'open'
+      ? OPEN
+      : Object.freeze({ granted: false, remaining: 0, retryAfterMs: store.retryMs, refund () {} })
     this.#deadlines = store._deadlines
   }
 
   reserve (key: string): Promise<PaceReservation> {
-    if (!this.#store._mayTry()) return Promise.resolve(this.#unavailable(key))
+    const local = this.#local === null ? null : this.#local.reserve(key)
+    if (local !== null && !local.granted) return Promise.resolve(local)
+    if (!this.#store._mayTry()) return Promise.resolve(local ?? this.#unavailable)
     const redisKey = this.#prefix + key
     return new Promise(resolve => {
       const deadlines = this.#deadlines
-      const waiting = new ReserveWaiting(this, key, resolve)
+      const waiting = new ReserveWaiting(this, local, resolve)
       let answering: Promise<Buffer>
       try {
         answering = this.#commands.exchangepaceReserveBuffer(redisKey, this.#perSecond)
       } catch (err) {
-        this.#failed(key, err as Error, resolve)
+        this.#failed(local, err as Error, resolve)
         return
       }
       deadlines.start(waiting)
@@ -302,34 +326,39 @@ class RedisPace implements SharedPace {
         if (length !== GRANT_BYTES && length !== REFUSAL_BYTES) {
           // Another script under this command's name (another version of this store on the same
           // client): the store is unavailable, not the request stuck on a reply it cannot read.
-          if (deadlines.answer(waiting)) this.#failed(key, new Error(`the reserve script answered ${length === -1 ? typeof reply : `${length} bytes`}, not a reply this version reads: does another version of exchangepace define its commands on this client?`), resolve)
+          if (deadlines.answer(waiting)) this.#failed(local, new Error(`the reserve script answered ${length === -1 ? typeof reply : `${length} bytes`}, not a reply this version reads: does another version of exchangepace define its commands on this client?`), resolve)
           return
         }
         if (!deadlines.answer(waiting)) {
-          // Too late for its request, which went the unavailable path: give the unit back.
-          if (length === GRANT_BYTES) new RedisReservation(this, redisKey, reply).refund()
+          // Too late for its request, which went the unavailable path: give Redis' unit back.
+          if (length === GRANT_BYTES) new RedisReservation(this, redisKey, reply, null).refund()
           return
         }
         // The request first: a logger that throws must not leave it waiting.
-        resolve(length === GRANT_BYTES ? new RedisReservation(this, redisKey, reply) : refusedByRedis(reply.readDoubleLE(0)))
-        this.#store._answered(this.#log)
+        if (length === GRANT_BYTES) resolve(new RedisReservation(this, redisKey, reply, local))
+        else {
+          local?.refund()
+          resolve(refusedByRedis(reply.readDoubleLE(0)))
+        }
+        this.#store._answered(this.#local, this.#log)
       }, (err: Error) => {
-        if (deadlines.answer(waiting)) this.#failed(key, err, resolve)
+        if (deadlines.answer(waiting)) this.#failed(local, err, resolve)
       })
     })
   }
 
-  /** @internal Redis did not answer `key`'s reservation within the timeout. */
-  _expired (key: string, resolve: (reservation: PaceReservation) => void): void {
-    this.#failed(key, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`), resolve)
+  /** @internal Redis did not answer a reservation within the timeout. */
+  _expired (local: Reservation | null, resolve: (reservation: PaceReservation) => void): void {
+    this.#failed(local, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`), resolve)
   }
 
   /**
-   * Redis failed, or did not answer in time: the request takes the `whenUnavailable` path, before
-   * the outage is noted and logged (a logger that throws must not leave it waiting).
+   * Redis failed, or did not answer in time: the request takes the `whenUnavailable` path (the
+   * fallback's grant, when it took one), before the outage is noted and logged (a logger that
+   * throws must not leave it waiting).
    */
-  #failed (key: string, err: Error, resolve: (reservation: PaceReservation) => void): void {
-    resolve(this.#unavailable(key))
+  #failed (local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
+    resolve(local ?? this.#unavailable)
     this.#store._failed(err, this.#log)
   }
 
@@ -342,21 +371,6 @@ class RedisPace implements SharedPace {
       this.#log.debug({ err }, 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills')
     })
   }
-
-  #unavailable (key: string): PaceReservation {
-    const mode = this.#store.whenUnavailable
-    if (mode === 'fallback') {
-      this.#store._fellBack(this)
-      return this.#local.reserve(key)
-    }
-    return mode === 'open' ? OPEN : this.#closed
-  }
-
-  /** @internal Sweeps the fallback pace when a sweep is due, and says whether it still holds rows. */
-  _tidyFallback (): boolean {
-    this.#local.tidy()
-    return this.#local.size > 0
-  }
 }
 
 /**
@@ -364,8 +378,10 @@ class RedisPace implements SharedPace {
  * Pass it as the plugin's `store` option. While Redis fails or answers slower than `timeoutMs`, no
  * request fails because of it: by default each replica paces in its own memory (the rate then
  * holds per replica, as without a store), one warning is logged per outage, and one request per
- * `retryMs` tries Redis again until it answers. A unit is always refunded in the store that
- * granted it.
+ * `retryMs` tries Redis again until it answers. So that the rate holds per replica across the
+ * switches too, that memory also paces every request while Redis answers (see `RedisPace`): it
+ * holds a row per key this replica granted within the last second, as the default store does. A
+ * unit is always refunded in the stores that granted it.
  */
 export class RedisStore implements PaceStore {
   readonly scope = 'shared by all replicas (Redis)'
@@ -379,8 +395,8 @@ export class RedisStore implements PaceStore {
   readonly _deadlines: Deadlines
   #unavailable = false
   #triedAt = 0
-  /** The paces that reserved from their fallback and may still hold rows there. */
-  readonly #fallenBack = new Set<RedisPace>()
+  /** The memory of each pace, with `whenUnavailable: 'fallback'` (see `RedisPace`). */
+  readonly #memories = new Set<Pace>()
 
   constructor (options: RedisStoreOptions) {
     const { client, prefix = 'exchangepace:', timeoutMs = 50, whenUnavailable = 'fallback', retryMs = 1000 } = options ?? {}
@@ -409,7 +425,10 @@ export class RedisStore implements PaceStore {
     if (perSecond > MAX_RATE) {
       throw new TypeError(`exchangepace: RedisStore counts rates up to ${MAX_RATE} per second exactly; pace ${JSON.stringify(name)} declares perSecond ${perSecond}`)
     }
-    return new RedisPace(this, this.#commands, `${this.prefix}${keyName(name)}:`, perSecond, local, log)
+    const fallback = this.whenUnavailable === 'fallback'
+    const pace = new RedisPace(this, this.#commands, `${this.prefix}${keyName(name)}:`, perSecond, fallback ? local : null, log)
+    if (fallback) this.#memories.add(local)
+    return pace
   }
 
   /** Whether Redis is treated as unavailable (since a failure, until it answers again). */
@@ -435,20 +454,14 @@ export class RedisStore implements PaceStore {
     log.warn({ err }, `exchangepace: Redis store unavailable (${err.message}); ${fallback} until it answers again`)
   }
 
-  /** @internal A pace reserved from its fallback. */
-  _fellBack (pace: RedisPace): void {
-    this.#fallenBack.add(pace)
-  }
-
   /**
-   * @internal Redis answered: end the outage, if there was one. After an outage the fallback paces
-   * are no longer reserved from, so nothing else would sweep their rows: each answer, whichever
-   * pace it is for, tidies them (a sweep when one is due) until they hold none.
+   * @internal Redis answered a request paced in memory by `answered` (null: in Redis only): end the
+   * outage, if there was one. A pace's memory is swept inside its own reserves; one whose routes
+   * get no more requests would keep its rows, so each answer also tidies the others (a sweep when
+   * one is due).
    */
-  _answered (log: FastifyBaseLogger): void {
-    if (this.#fallenBack.size > 0) {
-      for (const pace of this.#fallenBack) if (!pace._tidyFallback()) this.#fallenBack.delete(pace)
-    }
+  _answered (answered: Pace | null, log: FastifyBaseLogger): void {
+    for (const memory of this.#memories) if (memory !== answered) memory.tidy()
     if (!this.#unavailable) return
     this.#unavailable = false
     log.info('exchangepace: Redis store answers again; paces are shared by all replicas again')

@@ -13,7 +13,8 @@ if (client !== null) {
 
   const paceOf = (label: string, perSecond: number) => {
     const prefix = uniquePrefix(label)
-    const store = new RedisStore({ client, prefix, timeoutMs: 1000 })
+    // 'closed': no pace in memory goes first, so every decision is the script's.
+    const store = new RedisStore({ client, prefix, timeoutMs: 1000, whenUnavailable: 'closed' })
     const pace = store.pace('p', perSecond, new Pace({ perSecond }), silent)
     return { pace, store, redisKey: (key: string) => `${prefix}p:${key}` }
   }

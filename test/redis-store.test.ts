@@ -138,7 +138,7 @@ t.test('a reply the store does not read (another version\'s script under the com
   t.equal(local.size, 1)
   t.ok(store.unavailable)
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (the reserve script answered 16 bytes, not a reply this version reads: does another version of exchangepace define its commands on this client?); pacing per replica in memory until it answers again']])
-  store._answered(recordingLog().log)
+  store._answered(null, recordingLog().log)
   const text = pace.reserve('reporting')
   client.reserves[1].answer('granted')
   await text
@@ -245,26 +245,67 @@ t.test('after an outage, answers for another pace sweep a fallback no request re
   t.equal(local.size, 0, 'swept by an answer for /authorize')
 })
 
-t.test('after an outage, answers from Redis sweep the fallback\'s rows once they have refilled', async t => {
-  const { client, local, pace, tick } = setup({ retryMs: 1 })
+t.test('with the fallback, a request is granted when this replica\'s memory grants it and then Redis does', async t => {
+  const { client, local, pace } = setup()
   const first = pace.reserve('reporting')
-  client.reserves[0].reject(new Error('ECONNREFUSED'))
-  t.ok((await first).granted)
-  t.equal(local.size, 1, 'a row in memory from the outage')
+  t.equal(local.size, 1, 'the memory took its unit before Redis was asked')
+  client.reserves[0].resolve([0, 7000, 1, 7000])
+  const granted = await first
+  t.same([granted.granted, granted.remaining], [true, 0], 'the units left are the fewer of the two buckets\' (Redis: 0, memory: 1)')
+
+  const second = pace.reserve('reporting')
+  client.reserves[1].resolve(250)
+  const refusedByRedis = await second
+  t.same([refusedByRedis.granted, refusedByRedis.retryAfterMs], [false, 250], 'Redis refused: its wait')
+  const third = pace.reserve('reporting')
+  client.reserves[2].resolve([3, 7000, 2, 7100])
+  const afterRefusal = await third
+  t.same([afterRefusal.granted, afterRefusal.remaining], [true, 0], 'Redis\' refusal gave the memory\'s unit back: the memory grants its second unit')
+
+  const fourth = await pace.reserve('reporting')
+  t.same([fourth.granted, fourth.retryAfterMs], [false, 500], 'the memory refuses: this replica alone spent its second')
+  t.equal(client.reserves.length, 3, 'and Redis is not asked')
+
+  afterRefusal.refund()
+  t.same(client.refundedGrants, [[7000, 2, 7100]], 'a refund gives back in Redis')
+  t.ok(local.reserve('reporting').granted, 'and in memory')
+})
+
+t.test('a Redis that flaps: the fallback starts from what this replica spent, and Redis back grants nothing on top of the fallback\'s grants', async t => {
+  const { client, store, local, pace, tick } = setup({ retryMs: 1 })
+  for (let i = 0; i < 2; i++) {
+    const spending = pace.reserve('reporting')
+    client.reserves[i].resolve([1 - i, 7000, i + 1, 7000])
+    t.ok((await spending).granted)
+  }
   await sleep(5)
-  const back = pace.reserve('other')
-  client.reserves[1].resolve([1, 7000, 1, 7000])
-  await back
-  t.equal(local.size, 1, 'Redis answers again; the row has not refilled yet')
-  tick(1000) // one horizon: the row's bucket is full again
-  const later = pace.reserve('other')
-  client.reserves[2].resolve([0, 7000, 2, 7100])
-  await later
-  t.equal(local.size, 0, 'swept, with no request reserving from the fallback')
-  const after = pace.reserve('other')
-  client.reserves[3].resolve([0, 7000, 3, 7200])
-  await after
-  t.equal(local.size, 0)
+  const outage = pace.reserve('reporting')
+  t.equal(client.reserves.length, 2, 'the memory refused the second\'s third unit: Redis is not asked')
+  t.same([(await outage).granted, (await outage).retryAfterMs], [false, 500])
+
+  tick(500)
+  const failing = pace.reserve('reporting')
+  client.reserves[2].reject(new Error('ECONNREFUSED'))
+  t.ok((await failing).granted, 'Redis fails: the memory grants the one unit refilled since')
+  t.ok(store.unavailable)
+  t.notOk((await pace.reserve('reporting')).granted, 'and no more: the fallback did not start full')
+
+  await sleep(5)
+  tick(250)
+  t.notOk((await pace.reserve('reporting')).granted, 'Redis is back with a full bucket, but this replica granted its last second\'s units already')
+  t.equal(client.reserves.length, 3, 'without asking Redis')
+  t.equal(local.size, 1)
+})
+
+t.test('with whenUnavailable "open" or "closed" nothing is paced in memory', async t => {
+  for (const whenUnavailable of ['open', 'closed'] as const) {
+    const { client, local, pace } = setup({ whenUnavailable })
+    const reserving = pace.reserve('reporting')
+    client.reserves[0].resolve([1, 7000, 1, 7000])
+    ;(await reserving).refund()
+    t.equal(local.size, 0, whenUnavailable)
+    t.same(client.refundedGrants, [[7000, 1, 7000]])
+  }
 })
 
 t.test('a Redis slower than timeoutMs does not hold the request; its late grant is given back', async t => {
@@ -317,6 +358,12 @@ t.test('whenUnavailable "open" grants without pacing; "closed" refuses for retry
   t.same([refused.granted, refused.retryAfterMs], [false, 750])
   refused.refund()
   t.equal(closed.local.size, 0)
+
+  const duringClosed = await closed.pace.reserve('reporting')
+  t.same([duringClosed.granted, duringClosed.retryAfterMs], [false, 750], 'within retryMs, refused without asking Redis')
+  const duringOpen = await open.pace.reserve('reporting')
+  t.ok(duringOpen.granted, 'or granted, when open')
+  t.same([open.client.reserves.length, closed.client.reserves.length], [1, 1])
 })
 
 t.test('the plugin waits for a shared store and continues with the next pace', async t => {
