@@ -217,7 +217,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   let warnedNoAddress = false
   const readSource = (request: FastifyRequest): string => {
     const address = request.ip as string | undefined
-    if (address !== undefined) return sourceKey(address, ipv6Subnet)
+    if (address !== undefined) return sourceKey(address, ipv6Subnet, maxKeyLength)
     if (!warnedNoAddress) {
       warnedNoAddress = true
       fastify.log.warn(`exchangepace: a request has no source address (request.ip is undefined, as on a Unix socket): every such request is paced by source as one, under the key ${JSON.stringify(NO_ADDRESS)}. To pace clients apart there, give the pace a key function that reads the address your proxy forwards.`)

@@ -317,8 +317,15 @@ t.test('several sources', async t => {
 
 t.test('sourceKey', async t => {
   t.test('IPv4 is the key as it is', async t => {
-    t.equal(sourceKey('192.0.2.1', 64), '192.0.2.1')
-    t.equal(sourceKey('127.0.0.1', 64), '127.0.0.1')
+    t.equal(sourceKey('192.0.2.1', 64, 255), '192.0.2.1')
+    t.equal(sourceKey('127.0.0.1', 64, 255), '127.0.0.1')
+  })
+
+  t.test('anything else (a client\'s X-Forwarded-For under trustProxy) is kept when it is a valid key, and refused otherwise', async t => {
+    t.equal(sourceKey('192.0.2.1:51234', 64, 255), '192.0.2.1:51234')
+    t.throws(() => sourceKey('x'.repeat(256), 64, 255), { name: 'InvalidRequest', message: 'the source address is longer than 255 characters' })
+    t.throws(() => sourceKey('', 64, 255), { name: 'InvalidRequest', message: 'the source address must not be empty' })
+    t.throws(() => sourceKey('a\u0001b', 64, 255), { name: 'InvalidRequest', message: 'the source address contains non-printable characters' })
   })
 
   t.test('IPv4-mapped IPv6 is reduced to its IPv4 address', async t => {
@@ -332,19 +339,19 @@ t.test('sourceKey', async t => {
       ['::ffff:255.255.255.255', '255.255.255.255']
     ]
     for (const [address, key] of table) {
-      t.equal(sourceKey(address, 64), key, address)
+      t.equal(sourceKey(address, 64, 255), key, address)
     }
   })
 
   t.test('IPv6 is grouped by its /64 prefix by default', async t => {
-    t.equal(sourceKey('2001:db8:1:2:3:4:5:6', 64), '2001:db8:1:2::/64')
-    t.equal(sourceKey('2001:db8:1:2:ffff:ffff:ffff:ffff', 64), '2001:db8:1:2::/64', 'same /64, same key')
-    t.equal(sourceKey('2001:db8:1:3::1', 64), '2001:db8:1:3::/64', 'next /64, another key')
+    t.equal(sourceKey('2001:db8:1:2:3:4:5:6', 64, 255), '2001:db8:1:2::/64')
+    t.equal(sourceKey('2001:db8:1:2:ffff:ffff:ffff:ffff', 64, 255), '2001:db8:1:2::/64', 'same /64, same key')
+    t.equal(sourceKey('2001:db8:1:3::1', 64, 255), '2001:db8:1:3::/64', 'next /64, another key')
   })
 
   t.test('one prefix has one key however the address is written', async t => {
     for (const address of ['2001:db8:0:0:1::1', '2001:DB8::1:0:0:1', '2001:0db8:0000:0000:0001:0000:0000:0001']) {
-      t.equal(sourceKey(address, 64), '2001:db8:0:0::/64', address)
+      t.equal(sourceKey(address, 64, 255), '2001:db8:0:0::/64', address)
     }
   })
 
@@ -365,17 +372,17 @@ t.test('sourceKey', async t => {
       [0, '::/0']
     ]
     for (const [bits, key] of table) {
-      t.equal(sourceKey(address, bits), key, `/${bits}`)
+      t.equal(sourceKey(address, bits, 255), key, `/${bits}`)
     }
-    t.equal(sourceKey('ffff::', 1), '8000::/1')
-    t.equal(sourceKey('2001:db8:1:ff80::', 57), '2001:db8:1:ff80::/57')
-    t.equal(sourceKey('2001:db8:1:ff7f::', 57), '2001:db8:1:ff00::/57')
+    t.equal(sourceKey('ffff::', 1, 255), '8000::/1')
+    t.equal(sourceKey('2001:db8:1:ff80::', 57, 255), '2001:db8:1:ff80::/57')
+    t.equal(sourceKey('2001:db8:1:ff7f::', 57, 255), '2001:db8:1:ff00::/57')
   })
 
   t.test('a zone id is not part of the key', async t => {
-    t.equal(sourceKey('fe80::1%eth0', 64), 'fe80:0:0:0::/64')
-    t.equal(sourceKey('fe80::1%25', 128), 'fe80:0:0:0:0:0:0:1/128')
-    t.equal(sourceKey('::ffff:192.0.2.1%1', 64), '192.0.2.1')
+    t.equal(sourceKey('fe80::1%eth0', 64, 255), 'fe80:0:0:0::/64')
+    t.equal(sourceKey('fe80::1%25', 128, 255), 'fe80:0:0:0:0:0:0:1/128')
+    t.equal(sourceKey('::ffff:192.0.2.1%1', 64, 255), '192.0.2.1')
   })
 
   t.test('an IPv4 tail in other IPv6 addresses is read as the last two groups', async t => {
@@ -388,7 +395,7 @@ t.test('sourceKey', async t => {
       ['::1.2.3.4', 64, '0:0:0:0::/64']
     ]
     for (const [address, bits, key] of table) {
-      t.equal(sourceKey(address, bits), key, `${address} /${bits}`)
+      t.equal(sourceKey(address, bits, 255), key, `${address} /${bits}`)
     }
   })
 
@@ -403,7 +410,7 @@ t.test('sourceKey', async t => {
       ['0:0:0:0:1::', 128, '0:0:0:0:1:0:0:0/128'] // almost mapped: group 4 is not zero
     ]
     for (const [address, bits, key] of table) {
-      t.equal(sourceKey(address, bits), key, `${address} /${bits}`)
+      t.equal(sourceKey(address, bits, 255), key, `${address} /${bits}`)
     }
   })
 
@@ -416,11 +423,11 @@ t.test('sourceKey', async t => {
       ['::1:ffff:1.2.3.4', '0:0:0:0:1:ffff:102:304/128'],
       ['::fffe:1.2.3.4', '0:0:0:0:0:fffe:102:304/128']
     ]) {
-      t.equal(sourceKey(address, 128), key, address)
+      t.equal(sourceKey(address, 128, 255), key, address)
     }
   })
 
   t.test('what is not an IPv6 address is returned as it is, without its zone', async t => {
-    t.equal(sourceKey('unix-socket', 64), 'unix-socket')
+    t.equal(sourceKey('unix-socket', 64, 255), 'unix-socket')
   })
 })

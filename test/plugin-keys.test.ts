@@ -298,6 +298,22 @@ t.test('trustProxy: true with a source pace warns once, at ready, through Fastif
   t.equal(lines.filter(line => TRUST_WARNING.test(String(line.msg))).length, 1, 'not repeated per request')
 })
 
+t.test('under trustProxy: true, a forwarded source that is no valid key is a 400 invalid_request, and spends nothing', async t => {
+  let handled = 0
+  const app = await build(t, { maxKeyLength: 64 }, app => {
+    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async () => { handled++; return { ok: true } })
+  }, { trustProxy: true })
+  for (const forwarded of ['x'.repeat(65), '203.0.113.9:51234']) {
+    const response = await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': forwarded } })
+    if (forwarded.length > 64) {
+      t.equal(response.statusCode, 400)
+      t.same(response.json(), { error: 'invalid_request', error_description: 'the source address is longer than 64 characters' })
+    } else t.equal(response.statusCode, 200, 'an address with a port is a key like any other')
+  }
+  t.equal(handled, 1)
+  t.equal(app.pace.get('/authorize')!.size, 1, 'only the valid source holds a row')
+})
+
 t.test('the plugin registered inside an encapsulated context warns too', async t => {
   const lines: Array<Record<string, unknown>> = []
   const app = Fastify({ trustProxy: true, logger: capture(lines) })
