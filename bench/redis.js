@@ -9,6 +9,9 @@
 // Then Redis's own CPU per request: for each store in turn (alternating, several rounds), a fixed
 // number of requests between two readings of Redis's INFO cpu (used_cpu_user + used_cpu_sys).
 //
+// Last, the rate while Redis flaps (bench/flapping.js): a redis-server of the part's own, stopped
+// and continued on a schedule, under one replica's flood of one client id.
+//
 // Run alone: node bench/redis.js [--quick|--smoke] [--out DIR]. Needs a Redis at REDIS_URL
 // (default redis://127.0.0.1:6379); without one the part records that it was skipped, and why.
 
@@ -16,6 +19,7 @@ import autocannon from 'autocannon'
 import Redis from 'ioredis'
 import { FORM, REDIS_URL, probeRedis, tokenBody } from './apps.js'
 import { measureHttp, startServer } from './http-rounds.js'
+import { measureFlapping } from './flapping.js'
 import { byMode, fmt, log, parseOptions, summary, table, writeResult } from './common.js'
 
 const options = parseOptions()
@@ -25,21 +29,24 @@ const settings = byMode(options, {
     roundSeconds: 1,
     repetitions: 4,
     sequential: { main: { rounds: 6, repetitions: 4 } },
-    paired: { main: { rounds: 4, repetitions: 4 } }
+    paired: { main: { rounds: 4, repetitions: 4 } },
+    flapping: { seconds: 8, schedules: [{ stopMs: 100, everyMs: 1000 }, { stopMs: 300, everyMs: 700 }, { stopMs: 50, everyMs: 2000 }] }
   },
   quick: {
     redisCpu: { rounds: 2, requests: 20_000 },
     roundSeconds: 1,
     repetitions: 1,
     sequential: { main: { rounds: 4, repetitions: 1 } },
-    paired: { main: { rounds: 2, repetitions: 1 } }
+    paired: { main: { rounds: 2, repetitions: 1 } },
+    flapping: { seconds: 4, schedules: [{ stopMs: 100, everyMs: 1000 }] }
   },
   smoke: {
     redisCpu: { rounds: 1, requests: 500 },
     roundSeconds: 0.2,
     repetitions: 1,
     sequential: { main: { rounds: 1, repetitions: 1 } },
-    paired: { main: { rounds: 1, repetitions: 1 } }
+    paired: { main: { rounds: 1, repetitions: 1 } },
+    flapping: { seconds: 1, schedules: [{ stopMs: 100, everyMs: 400 }] }
   }
 })
 
@@ -98,6 +105,13 @@ if (redis.unreachable !== undefined) {
   const redisCpu = await measureRedisCpu(['ratelimit-redis', 'exchangepace-redis'])
   log(`\nRedis CPU per request (INFO cpu), ${settings.redisCpu.rounds} rounds of ${settings.redisCpu.requests.toLocaleString('en-US')} requests`)
   log(table(['store', 'Redis CPU µs/req (median)', 'range'], Object.entries(redisCpu).map(([kind, s]) => [kind, fmt(s.median, 2), `${fmt(s.min, 2)}-${fmt(s.max, 2)}`])))
+  const flapping = await measureFlapping(settings.flapping.schedules, settings.flapping.seconds)
+  if (flapping.skipped) log(`\nflapping: skipped: ${flapping.skipped}`)
+  else {
+    log(`\nRedis flapping (SIGSTOP), one replica, one client id at ${flapping.rate}/s with ${flapping.inFlight} requests in flight`)
+    log(table(['schedule', 'stalls', 'admitted', 'bound', 'most in 1 s', 'bound'], flapping.schedules.map(s =>
+      [`stopped ${s.stopMs} ms of every ${s.everyMs} ms, ${s.seconds} s`, String(s.stalls), String(s.admitted), String(s.admittedBound), String(s.mostInOneSecond), String(s.oneSecondBound)])))
+  }
   const pace = (figures) => figures.find(c => c.kind === 'exchangepace-redis' && c.expectedStatus === 200)
   const sequentialPace = pace(sequential.main.configs)
   const pairedPace = pace(paired.main.pairs)
@@ -114,7 +128,8 @@ if (redis.unreachable !== undefined) {
     },
     sequential,
     paired,
-    redisCpuPerRequestMicros: { ...redisCpu, requestsPerRound: settings.redisCpu.requests }
+    redisCpuPerRequestMicros: { ...redisCpu, requestsPerRound: settings.redisCpu.requests },
+    flapping
   })
   log(`\nredis: wrote ${file}`)
 }

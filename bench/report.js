@@ -90,6 +90,12 @@ function summarySection (results) {
     const cpu = redis.redisCpuPerRequestMicros
     rows.push(['Redis: Redis\'s own CPU per request', 'for reference', `exchangepace ${f(cpu['exchangepace-redis'].median, 2)} µs, @fastify/rate-limit ${f(cpu['ratelimit-redis'].median, 2)} µs`, ''])
   }
+  if (redis?.flapping?.schedules) {
+    const schedules = redis.flapping.schedules
+    const within = schedules.every(s => s.mostInOneSecond <= s.oneSecondBound && s.admitted <= s.admittedBound)
+    rows.push([`Redis flapping: one replica at ${redis.flapping.rate}/s while Redis stalls`, `<= ${schedules[0].oneSecondBound} in any second (the rate holds per replica)`,
+      schedules.map(s => `${s.mostInOneSecond} in a second, ${s.admitted} of ${s.admittedBound} in ${s.seconds} s (stopped ${s.stopMs} ms of every ${s.everyMs})`).join('; '), verdict(within)])
+  }
   if (fidelity) {
     const edge = fidelity.schedules['window edge']
     rows.push(['Fidelity (10/s)', '<= rate x (1 + w) in any w-second window', `1 s window, window-edge schedule: exchangepace ${edge.exchangepace.maxInWindow[1]}, @fastify/rate-limit ${edge['@fastify/rate-limit'].maxInWindow[1]}; 10 ms window: ${edge.exchangepace.maxInWindow[0.01]} vs ${edge['@fastify/rate-limit'].maxInWindow[0.01]}`, verdict(fidelity.target.met)])
@@ -243,6 +249,15 @@ function redisSection (redis) {
     out.push('', `Redis's own CPU per accepted request (INFO cpu before and after ${cpu.requestsPerRound.toLocaleString('en-US')} requests, the stores alternating; median and range): @fastify/rate-limit ${f(rl.median, 2)} µs (${f(rl.min, 2)}-${f(rl.max, 2)}), exchangepace ${f(ep.median, 2)} µs (${f(ep.min, 2)}-${f(ep.max, 2)}). exchangepace's script does more on the server: it reads Redis TIME (one clock for every replica), reads the key, and writes it back with a new expiry on every reservation, while a fixed window increments a counter and reads its TTL. With a rate no client reaches, as here (one unit refills in a microsecond), each reservation finds its bucket full again and writes the key with a new expiry, and the key expires after each pause of a millisecond: the most a reservation can cost Redis. Part 7 counts Redis's instructions per script call and says what they are made of.`)
   }
   out.push('', 'On the Node side both stores spend most of a request in ioredis and in the socket writes to Redis; the plugins\' own work is a small share, so the two land close together, and the run-to-run spread is of the same size as the difference.', '')
+  const flapping = redis.flapping
+  if (flapping?.skipped) out.push(`The flapping measurement was skipped: ${flapping.skipped}.`, '')
+  else if (flapping) {
+    out.push(`**While Redis flaps.** A redis-server of the part's own is stopped (SIGSTOP) for part of every period and continued, while one replica (exchangepace's RedisStore, timeoutMs ${flapping.timeoutMs}, retryMs ${flapping.retryMs}) serves ${flapping.inFlight} requests in flight for one client id at ${flapping.rate}/s. Every stall past timeoutMs sends requests to the per-replica fallback, and Redis's next answer brings them back; the store paces every request in the replica's memory before Redis (docs/stores.md, "The fallback is always warm"), so neither switch finds a full bucket. A bucket of the rate admits at most rate x (1 + seconds) in all and 2 x rate in any second; admissions are timed as their answers came.`, '')
+    out.push(mdTable(['Redis stopped', 'stalls', 'admitted', 'at most', 'most in any second', 'at most'], flapping.schedules.map(s => [
+      `${s.stopMs} ms of every ${s.everyMs} ms, for ${s.seconds} s`, String(s.stalls), String(s.admitted), String(s.admittedBound), String(s.mostInOneSecond), String(s.oneSecondBound)
+    ]), ['l', 'r', 'r', 'r', 'r', 'r']))
+    out.push('', 'The build before the in-memory pace went in front of Redis (e2ea3f0), measured the same way on 2026-12-03: 168, 173 and 135 admitted of 90 under these three schedules, and 29, 34 and 23 in a second: each switch found the other side\'s bucket full.', '')
+  }
   return out.join('\n')
 }
 

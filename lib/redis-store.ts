@@ -291,6 +291,8 @@ class RedisPace implements SharedPace {
   readonly #log: FastifyBaseLogger
   readonly #unavailable: PaceReservation
   readonly #deadlines: Deadlines
+  /** In the store's set of paces whose memory may hold rows (see `RedisStore._answered`). */
+  #tracked = false
 
   constructor (store: RedisStore, commands: PaceCommands, prefix: string, perSecond: number, local: Pace | null, log: FastifyBaseLogger) {
     this.#store = store
@@ -307,7 +309,13 @@ class RedisPace implements SharedPace {
 
   reserve (key: string): Promise<PaceReservation> {
     const local = this.#local === null ? null : this.#local.reserve(key)
-    if (local !== null && !local.granted) return Promise.resolve(local)
+    if (local !== null) {
+      if (!local.granted) return Promise.resolve(local)
+      if (!this.#tracked) {
+        this.#tracked = true
+        this.#store._track(this)
+      }
+    }
     if (!this.#store._mayTry()) return Promise.resolve(local ?? this.#unavailable)
     const redisKey = this.#prefix + key
     return new Promise(resolve => {
@@ -340,7 +348,7 @@ class RedisPace implements SharedPace {
           local?.refund()
           resolve(refusedByRedis(reply.readDoubleLE(0)))
         }
-        this.#store._answered(this.#local, this.#log)
+        this.#store._answered(this.#log)
       }, (err: Error) => {
         if (deadlines.answer(waiting)) this.#failed(local, err, resolve)
       })
@@ -360,6 +368,18 @@ class RedisPace implements SharedPace {
   #failed (local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
     resolve(local ?? this.#unavailable)
     this.#store._failed(err, this.#log)
+  }
+
+  /**
+   * @internal Sweeps this pace's memory when a sweep is due, and says whether it still holds rows;
+   * when it holds none, the store stops tracking it until its next grant.
+   */
+  _tidy (): boolean {
+    const local = this.#local as Pace
+    local.tidy()
+    if (local.size > 0) return true
+    this.#tracked = false
+    return false
   }
 
   /**
@@ -395,8 +415,9 @@ export class RedisStore implements PaceStore {
   readonly _deadlines: Deadlines
   #unavailable = false
   #triedAt = 0
-  /** The memory of each pace, with `whenUnavailable: 'fallback'` (see `RedisPace`). */
-  readonly #memories = new Set<Pace>()
+  /** The paces whose memory may hold rows (with `whenUnavailable: 'fallback'`), and where tidying them goes on. */
+  readonly #tracked = new Set<RedisPace>()
+  #tidyNext = this.#tracked.values()
 
   constructor (options: RedisStoreOptions) {
     const { client, prefix = 'exchangepace:', timeoutMs = 50, whenUnavailable = 'fallback', retryMs = 1000 } = options ?? {}
@@ -425,10 +446,7 @@ export class RedisStore implements PaceStore {
     if (perSecond > MAX_RATE) {
       throw new TypeError(`exchangepace: RedisStore counts rates up to ${MAX_RATE} per second exactly; pace ${JSON.stringify(name)} declares perSecond ${perSecond}`)
     }
-    const fallback = this.whenUnavailable === 'fallback'
-    const pace = new RedisPace(this, this.#commands, `${this.prefix}${keyName(name)}:`, perSecond, fallback ? local : null, log)
-    if (fallback) this.#memories.add(local)
-    return pace
+    return new RedisPace(this, this.#commands, `${this.prefix}${keyName(name)}:`, perSecond, this.whenUnavailable === 'fallback' ? local : null, log)
   }
 
   /** Whether Redis is treated as unavailable (since a failure, until it answers again). */
@@ -454,14 +472,28 @@ export class RedisStore implements PaceStore {
     log.warn({ err }, `exchangepace: Redis store unavailable (${err.message}); ${fallback} until it answers again`)
   }
 
+  /** @internal `pace` granted from its memory, which may now hold rows. */
+  _track (pace: RedisPace): void {
+    this.#tracked.add(pace)
+  }
+
   /**
-   * @internal Redis answered a request paced in memory by `answered` (null: in Redis only): end the
-   * outage, if there was one. A pace's memory is swept inside its own reserves; one whose routes
-   * get no more requests would keep its rows, so each answer also tidies the others (a sweep when
-   * one is due).
+   * @internal Redis answered: end the outage, if there was one. A pace's memory is swept inside its
+   * own reserves; one whose routes get no more requests (an app closed while the store lives on
+   * included) would keep its rows, so each answer also tidies one tracked pace, in turn (a sweep
+   * when one is due), and a pace left with no rows is no longer tracked: the work per answer is
+   * the same however many paces the store has had.
    */
-  _answered (answered: Pace | null, log: FastifyBaseLogger): void {
-    for (const memory of this.#memories) if (memory !== answered) memory.tidy()
+  _answered (log: FastifyBaseLogger): void {
+    if (this.#tracked.size > 0) {
+      let next = this.#tidyNext.next()
+      if (next.done === true) {
+        this.#tidyNext = this.#tracked.values()
+        next = this.#tidyNext.next()
+      }
+      const pace = next.value as RedisPace
+      if (!pace._tidy()) this.#tracked.delete(pace)
+    }
     if (!this.#unavailable) return
     this.#unavailable = false
     log.info('exchangepace: Redis store answers again; paces are shared by all replicas again')

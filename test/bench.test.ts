@@ -118,6 +118,10 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     }
     t.type(redis.target.met, 'boolean')
     for (const kind of ['ratelimit-redis', 'exchangepace-redis']) t.ok(redis.redisCpuPerRequestMicros[kind].median > 0, `${kind}: Redis CPU per request`)
+    const [flapping] = redis.flapping.schedules
+    t.ok(flapping.stalls >= 1, 'Redis was stopped at least once')
+    t.ok(flapping.admitted > 0, 'requests were admitted')
+    t.same(Object.keys(flapping.statuses).filter(code => code !== '200' && code !== '429'), [], 'every answer a 200 or a 429: no request failed because Redis stalled')
   })
 
   t.test('instructions: counted under callgrind for bare and exchangepace', async t => {

@@ -138,7 +138,7 @@ t.test('a reply the store does not read (another version\'s script under the com
   t.equal(local.size, 1)
   t.ok(store.unavailable)
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (the reserve script answered 16 bytes, not a reply this version reads: does another version of exchangepace define its commands on this client?); pacing per replica in memory until it answers again']])
-  store._answered(null, recordingLog().log)
+  store._answered(recordingLog().log)
   const text = pace.reserve('reporting')
   client.reserves[1].answer('granted')
   await text
@@ -243,6 +243,29 @@ t.test('after an outage, answers for another pace sweep a fallback no request re
   client.reserves[1].resolve([1, 7000, 1, 7000])
   await back
   t.equal(local.size, 0, 'swept by an answer for /authorize')
+})
+
+t.test('each answer tidies one pace in turn; a pace whose memory holds no rows is tidied no more', async t => {
+  const { client, store, log, clock, tick } = setup()
+  const memories = [0, 1, 2].map(() => new Pace({ perSecond: 2, now: clock }))
+  const tidied = [0, 0, 0]
+  memories.forEach((memory, i) => {
+    const tidy = memory.tidy.bind(memory)
+    memory.tidy = () => { tidied[i]++; tidy() }
+  })
+  const answered = async (pace: ReturnType<RedisStore['pace']>, key: string) => {
+    const reserving = pace.reserve(key)
+    client.reserves[client.reserves.length - 1].resolve([1, 7000, 1, 7000])
+    t.ok((await reserving).granted)
+  }
+  for (const [i, memory] of memories.entries()) await answered(store.pace(`/closed-${i}`, 2, memory, log), 'reporting')
+  t.same(memories.map(memory => memory.size), [1, 1, 1], 'each pace holds a row: all three are tracked')
+  tick(1000) // their rows have refilled; no request comes for them again (their apps closed)
+  tidied.fill(0)
+  const open = store.pace('/open', 2, new Pace({ perSecond: 2, now: clock }), log)
+  for (let i = 0; i < 20; i++) await answered(open, `client-${i}`)
+  t.same(memories.map(memory => memory.size), [0, 0, 0], 'swept by answers for another pace')
+  t.same(tidied, [1, 1, 1], 'each tidied once, in turn, and then no more')
 })
 
 t.test('with the fallback, a request is granted when this replica\'s memory grants it and then Redis does', async t => {

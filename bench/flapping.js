@@ -1,0 +1,133 @@
+// Part 6's last question: does the rate hold per replica while Redis flaps? A redis-server of the
+// bench's own (a spare loopback port, nothing kept on disk) is stopped (SIGSTOP) for `stopMs` of
+// every `everyMs` and continued (SIGCONT), while one replica (a Fastify instance on exchangepace's
+// RedisStore, timeoutMs 20, retryMs 200) serves a client that keeps 8 token requests in flight for
+// one client id at 10/s. Each stall past timeoutMs sends requests to the per-replica fallback, and
+// each answer afterwards back to Redis. What is counted: the requests admitted (200) in total, and
+// the most admitted in any window of one second, by the time each answer came, against what a
+// bucket of the rate allows, 10 x (1 + seconds) and 20.
+//
+// Used by bench/redis.js; needs redis-server installed (otherwise the measurement records why it
+// was skipped).
+
+import { execFileSync, spawn } from 'node:child_process'
+import { createServer } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import Fastify from 'fastify'
+import formbody from '@fastify/formbody'
+import Redis from 'ioredis'
+import exchangePace, { RedisStore } from 'exchangepace'
+import { FORM, tokenBody } from './apps.js'
+
+const RATE = 10
+const IN_FLIGHT = 8
+
+function redisServerInstalled () {
+  try {
+    execFileSync('redis-server', ['--version'], { stdio: 'ignore' })
+    return true
+  } catch {
+    return false
+  }
+}
+
+async function sparePort () {
+  const server = createServer()
+  await new Promise(resolve => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address()
+  await new Promise(resolve => server.close(resolve))
+  return port
+}
+
+async function startRedis (port) {
+  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
+  probe.on('error', () => {}) // refused until the server listens: the loop below tries again
+  for (let attempt = 0; attempt < 100; attempt++) {
+    try {
+      await probe.connect()
+      await probe.ping()
+      probe.disconnect()
+      return server
+    } catch {
+      await sleep(20)
+    }
+  }
+  server.kill('SIGKILL')
+  throw new Error(`flapping: redis-server did not answer on port ${port}`)
+}
+
+/** The most of `times` (ascending, ms) in any window of `windowMs`. */
+function mostInWindow (times, windowMs) {
+  let most = 0
+  for (let last = 0, first = 0; last < times.length; last++) {
+    while (times[last] - times[first] >= windowMs) first++
+    most = Math.max(most, last - first + 1)
+  }
+  return most
+}
+
+async function measureSchedule ({ stopMs, everyMs }, seconds) {
+  const port = await sparePort()
+  const server = await startRedis(port)
+  const client = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1 })
+  const app = Fastify()
+  try {
+    await app.register(formbody)
+    await app.register(exchangePace, { store: new RedisStore({ client, timeoutMs: 20, retryMs: 200 }) })
+    app.post('/token', { config: { pace: { perSecond: RATE, key: 'client', spend: 'accepted' } } }, async () => ({ access_token: 'token', token_type: 'Bearer' }))
+    await app.ready()
+    const admitted = []
+    const statuses = {}
+    let stalls = 0
+    let running = true
+    const started = performance.now()
+    const request = async () => {
+      while (running) {
+        const response = await app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload: tokenBody() })
+        statuses[response.statusCode] = (statuses[response.statusCode] ?? 0) + 1
+        if (response.statusCode === 200) admitted.push(performance.now() - started)
+        await sleep(2)
+      }
+    }
+    const flap = async () => {
+      while (running) {
+        await sleep(everyMs - stopMs)
+        if (!running) break
+        server.kill('SIGSTOP')
+        stalls++
+        await sleep(stopMs)
+        server.kill('SIGCONT')
+      }
+    }
+    const flapping = flap()
+    const clients = Array.from({ length: IN_FLIGHT }, request)
+    await sleep(seconds * 1000)
+    running = false
+    await Promise.all([flapping, ...clients])
+    return {
+      stopMs,
+      everyMs,
+      seconds,
+      stalls,
+      statuses,
+      admitted: admitted.length,
+      admittedBound: RATE * (1 + seconds),
+      mostInOneSecond: mostInWindow(admitted, 1000),
+      oneSecondBound: 2 * RATE
+    }
+  } finally {
+    await app.close()
+    client.disconnect()
+    server.kill('SIGCONT')
+    server.kill('SIGKILL')
+  }
+}
+
+/** Each schedule in turn, `seconds` long; `{ skipped }`, saying why, when redis-server is not installed. */
+export async function measureFlapping (schedules, seconds) {
+  if (!redisServerInstalled()) return { skipped: 'redis-server is not installed' }
+  const results = []
+  for (const schedule of schedules) results.push(await measureSchedule(schedule, seconds))
+  return { rate: RATE, inFlight: IN_FLIGHT, timeoutMs: 20, retryMs: 200, schedules: results }
+}
