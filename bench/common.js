@@ -4,7 +4,9 @@
 // and writes `<out>/<part>.json`. Figures are only ever compared inside one such file: the
 // alternatives ran in the same process (or the same run), on the same machine, minutes apart at most.
 
+import { execFileSync } from 'node:child_process'
 import { mkdirSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:net'
 import os from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -162,3 +164,21 @@ export function log (...args) {
 
 /** Lets timers, I/O and idle GC run between rounds. */
 export const breathe = () => new Promise(resolve => setImmediate(resolve))
+
+/** `redis-server --version`, or null when redis-server is not installed. */
+export function redisServerVersion () {
+  try {
+    return execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim()
+  } catch {
+    return null
+  }
+}
+
+/** A loopback port nothing listens on now, for a server of the bench's own. */
+export async function sparePort () {
+  const server = createServer()
+  await new Promise(resolve => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address()
+  await new Promise(resolve => server.close(resolve))
+  return port
+}

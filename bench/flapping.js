@@ -10,34 +10,17 @@
 // Used by bench/redis.js; needs redis-server installed (otherwise the measurement records why it
 // was skipped).
 
-import { execFileSync, spawn } from 'node:child_process'
-import { createServer } from 'node:net'
+import { spawn } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import formbody from '@fastify/formbody'
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 import { FORM, tokenBody } from './apps.js'
+import { redisServerVersion, sparePort } from './common.js'
 
 const RATE = 10
 const IN_FLIGHT = 8
-
-function redisServerInstalled () {
-  try {
-    execFileSync('redis-server', ['--version'], { stdio: 'ignore' })
-    return true
-  } catch {
-    return false
-  }
-}
-
-async function sparePort () {
-  const server = createServer()
-  await new Promise(resolve => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address()
-  await new Promise(resolve => server.close(resolve))
-  return port
-}
 
 async function startRedis (port) {
   const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
@@ -126,7 +109,7 @@ async function measureSchedule ({ stopMs, everyMs }, seconds) {
 
 /** Each schedule in turn, `seconds` long; `{ skipped }`, saying why, when redis-server is not installed. */
 export async function measureFlapping (schedules, seconds) {
-  if (!redisServerInstalled()) return { skipped: 'redis-server is not installed' }
+  if (redisServerVersion() === null) return { skipped: 'redis-server is not installed' }
   const results = []
   for (const schedule of schedules) results.push(await measureSchedule(schedule, seconds))
   return { rate: RATE, inFlight: IN_FLIGHT, timeoutMs: 20, retryMs: 200, schedules: results }

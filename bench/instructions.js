@@ -33,12 +33,12 @@ import { readFileSync, readdirSync, rmSync, mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createRequire } from 'node:module'
-import { connect, createServer } from 'node:net'
+import { connect } from 'node:net'
 import autocannon from 'autocannon'
 import Redis from 'ioredis'
 import { RedisStore } from 'exchangepace'
 import { FORM, NEVER, REDIS_URL, probeRedis, tokenBody } from './apps.js'
-import { BENCH_DIR, byMode, fmt, log, parseOptions, table, writeResult } from './common.js'
+import { BENCH_DIR, byMode, fmt, log, parseOptions, redisServerVersion, sparePort, table, writeResult } from './common.js'
 
 const require = createRequire(import.meta.url)
 const RateLimitRedisStore = require('@fastify/rate-limit/store/RedisStore')
@@ -109,22 +109,6 @@ async function count (kind, dir) {
   } finally {
     child.kill('SIGKILL')
   }
-}
-
-function redisServerVersion () {
-  try {
-    return execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim()
-  } catch {
-    return null
-  }
-}
-
-async function sparePort () {
-  const server = createServer()
-  await new Promise(resolve => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address()
-  await new Promise(resolve => server.close(resolve))
-  return port
 }
 
 /** Resolves once something accepts connections on the port (valgrind takes seconds to start Redis). */

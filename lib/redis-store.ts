@@ -348,7 +348,7 @@ class RedisPace implements SharedPace {
           local?.refund()
           resolve(refusedByRedis(reply.readDoubleLE(0)))
         }
-        this.#store._answered(this.#log)
+        this.#store._answered(this, this.#log)
       }, (err: Error) => {
         if (deadlines.answer(waiting)) this.#failed(local, err, resolve)
       })
@@ -368,6 +368,11 @@ class RedisPace implements SharedPace {
   #failed (local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
     resolve(local ?? this.#unavailable)
     this.#store._failed(err, this.#log)
+  }
+
+  /** @internal Whether the store tracks this pace (its memory may hold rows). */
+  get _tracked (): boolean {
+    return this.#tracked
   }
 
   /**
@@ -480,19 +485,21 @@ export class RedisStore implements PaceStore {
   /**
    * @internal Redis answered: end the outage, if there was one. A pace's memory is swept inside its
    * own reserves; one whose routes get no more requests (an app closed while the store lives on
-   * included) would keep its rows, so each answer also tidies one tracked pace, in turn (a sweep
-   * when one is due), and a pace left with no rows is no longer tracked: the work per answer is
-   * the same however many paces the store has had.
+   * included) would keep its rows, so each answer also tidies one tracked pace other than
+   * `answered` (whose reserve has just swept it when a sweep was due), in turn, and a pace left
+   * with no rows is no longer tracked: the work per answer is the same however many paces the
+   * store has had.
    */
-  _answered (log: FastifyBaseLogger): void {
-    if (this.#tracked.size > 0) {
+  _answered (answered: RedisPace, log: FastifyBaseLogger): void {
+    // Nothing to do when the only tracked pace is `answered`.
+    if (this.#tracked.size > (answered._tracked ? 1 : 0)) {
       let next = this.#tidyNext.next()
       if (next.done === true) {
         this.#tidyNext = this.#tracked.values()
         next = this.#tidyNext.next()
       }
       const pace = next.value as RedisPace
-      if (!pace._tidy()) this.#tracked.delete(pace)
+      if (pace !== answered && !pace._tidy()) this.#tracked.delete(pace)
     }
     if (!this.#unavailable) return
     this.#unavailable = false

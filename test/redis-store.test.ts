@@ -138,7 +138,7 @@ t.test('a reply the store does not read (another version\'s script under the com
   t.equal(local.size, 1)
   t.ok(store.unavailable)
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (the reserve script answered 16 bytes, not a reply this version reads: does another version of exchangepace define its commands on this client?); pacing per replica in memory until it answers again']])
-  store._answered(recordingLog().log)
+  store._answered(pace as never, recordingLog().log)
   const text = pace.reserve('reporting')
   client.reserves[1].answer('granted')
   await text
