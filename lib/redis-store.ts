@@ -279,7 +279,8 @@ class ReserveWaiting extends Waiting {
  * bucket this replica's own spending left (not a full one), and a return to Redis cannot grant on
  * top of what the fallback granted while Redis did not hear of it. While Redis answers, the
  * fallback refuses only what this replica alone has already spent, so the shared bucket decides
- * (the two clocks can differ at a bucket's edge by the round trip's jitter).
+ * (at a bucket's edge the two clocks disagree by how much the time from the memory's reservation
+ * to Redis running the script varies: at most `timeoutMs`).
  */
 class RedisPace implements SharedPace {
   readonly #store: RedisStore
