@@ -53,6 +53,18 @@ function mostInWindow (times, windowMs) {
 async function measureSchedule ({ stopMs, everyMs }, seconds) {
   const port = await sparePort()
   const server = await startRedis(port)
+  // A stopped server must not outlive the bench, whatever ends it.
+  const release = () => {
+    server.kill('SIGCONT')
+    server.kill('SIGKILL')
+  }
+  const onSignal = signal => {
+    release()
+    process.kill(process.pid, signal)
+  }
+  process.once('exit', release)
+  process.once('SIGINT', onSignal)
+  process.once('SIGTERM', onSignal)
   const client = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1 })
   const app = Fastify()
   try {
@@ -83,11 +95,12 @@ async function measureSchedule ({ stopMs, everyMs }, seconds) {
         server.kill('SIGCONT')
       }
     }
-    const flapping = flap()
-    const clients = Array.from({ length: IN_FLIGHT }, request)
+    // Settled as they end, so that a loop that fails early is not an unhandled rejection.
+    const loops = Promise.allSettled([flap(), ...Array.from({ length: IN_FLIGHT }, request)])
     await sleep(seconds * 1000)
     running = false
-    await Promise.all([flapping, ...clients])
+    const failed = (await loops).find(outcome => outcome.status === 'rejected')
+    if (failed !== undefined) throw failed.reason
     return {
       stopMs,
       everyMs,
@@ -100,10 +113,12 @@ async function measureSchedule ({ stopMs, everyMs }, seconds) {
       oneSecondBound: 2 * RATE
     }
   } finally {
+    process.off('exit', release)
+    process.off('SIGINT', onSignal)
+    process.off('SIGTERM', onSignal)
+    release()
     await app.close()
     client.disconnect()
-    server.kill('SIGCONT')
-    server.kill('SIGKILL')
   }
 }
 

@@ -1,4 +1,4 @@
-import { isIPv6 } from 'node:net'
+import { isIPv4, isIPv6 } from 'node:net'
 
 /**
  * Key extraction: from a request's parts to the string a pace is keyed by. Nothing here knows about
@@ -113,14 +113,15 @@ export function declaredClientId (authorization: string | undefined, body: unkno
 /**
  * The source key of an address: IPv4 as is (IPv4-mapped IPv6 reduced to IPv4), IPv6 reduced to its
  * first `subnetBits` bits, since one host commonly owns a whole /64 and could otherwise rotate
- * through addresses to get fresh buckets. The result looks like `2001:db8:1:2::/64`. Anything else
- * is kept as it is when `checkKey` accepts it within `maxLength`: with `trustProxy`, `request.ip`
- * can be whatever a client wrote in X-Forwarded-For (an address with a port, or a string).
+ * through addresses to get fresh buckets. The result looks like `2001:db8:1:2::/64`. Anything that
+ * is not an IP address is kept as it is when `checkKey` accepts it within `maxLength`: with
+ * `trustProxy`, `request.ip` can be whatever a client wrote in X-Forwarded-For (an address with a
+ * port, or a string). An IP address is never refused, whatever `maxLength`.
  */
 export function sourceKey (address: string, subnetBits: number, maxLength: number): string {
   const zone = address.indexOf('%')
   const ip = zone === -1 ? address : address.slice(0, zone)
-  if (!isIPv6(ip)) return checkKey(ip, 'the source address', maxLength)
+  if (!isIPv6(ip)) return isIPv4(ip) ? ip : checkKey(ip, 'the source address', maxLength)
   const groups = ipv6Groups(ip)
   if (groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff) {
     return `${groups[6] >> 8}.${groups[6] & 0xff}.${groups[7] >> 8}.${groups[7] & 0xff}`

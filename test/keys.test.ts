@@ -324,6 +324,8 @@ t.test('sourceKey', async t => {
   t.test('anything else (a client\'s X-Forwarded-For under trustProxy) is kept when it is a valid key, and refused otherwise', async t => {
     t.equal(sourceKey('192.0.2.1:51234', 64, 255), '192.0.2.1:51234')
     t.throws(() => sourceKey('x'.repeat(256), 64, 255), { name: 'InvalidRequest', message: 'the source address is longer than 255 characters' })
+    t.equal(sourceKey('203.0.113.100', 64, 5), '203.0.113.100', 'an IPv4 address is never held to maxKeyLength')
+    t.equal(sourceKey('::ffff:203.0.113.100', 64, 5), '203.0.113.100')
     t.throws(() => sourceKey('', 64, 255), { name: 'InvalidRequest', message: 'the source address must not be empty' })
     t.throws(() => sourceKey('a\u0001b', 64, 255), { name: 'InvalidRequest', message: 'the source address contains non-printable characters' })
   })
