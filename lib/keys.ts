@@ -121,7 +121,8 @@ export function declaredClientId (authorization: string | undefined, body: unkno
 export function sourceKey (address: string, subnetBits: number, maxLength: number): string {
   const zone = address.indexOf('%')
   const ip = zone === -1 ? address : address.slice(0, zone)
-  if (!isIPv6(ip)) return isIPv4(ip) ? ip : checkKey(ip, 'the source address', maxLength)
+  if (isIPv4(ip)) return ip
+  if (!isIPv6(ip)) return checkKey(ip, 'the source address', maxLength)
   const groups = ipv6Groups(ip)
   if (groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff) {
     return `${groups[6] >> 8}.${groups[6] & 0xff}.${groups[7] >> 8}.${groups[7] & 0xff}`
