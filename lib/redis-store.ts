@@ -37,8 +37,11 @@ const IS_ROW = `row and #row == 45 and string.byte(row) == ${ROW_FORMAT}`
  * subtracts an exact integer (as `Pace` does with its ticks). Readings are taken modulo 2^32
  * microseconds (71 minutes), which keeps every value an exact integer for integer rates up to 2^21
  * per second; a stored time is never more than one bucket ahead of now (the key expires when it is
- * reached), so its distance to now is read unambiguously from the modular difference, and it is
- * capped at one bucket in case Redis's clock (wall-clock time) steps back. The row is binary
+ * reached), so its distance to now is read unambiguously from the modular difference. Redis's
+ * clock is wall-clock time and can step back (or a failover can move rows to a server whose clock
+ * is behind): a stored time more than one bucket ahead is then rewritten one bucket ahead, an
+ * empty bucket that refills from now, starting a run with no grant in it (refunds of the grants
+ * before the step give nothing), so that a step back delays a key by at most one second. The row is binary
  * (doubles, which hold those integers exactly, and the marks as an unsigned 32-bit integer) because
  * converting numbers to and from text cost Redis more than the arithmetic; for the same reason the
  * expiry goes to Redis as text formatted with %d (Redis would format a Lua number argument as a
@@ -78,8 +81,12 @@ if ${IS_ROW} then
     since = math.floor(since / written * rate + 0.5) % wrap
   end
   local spent = (full - now) % wrap
+  if spent > 1000000 * rate and spent <= wrap / 2 then
+    redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, math.floor(now + 1000000 * rate + 0.5) % wrap, at, 0, at, 0, rate), 'PX', '1000')
+    return struct.pack('<d', 1000 / rate)
+  end
   if spent > 0 and spent <= wrap / 2 then
-    after = math.min(spent, 1000000 * rate) + 1000000
+    after = spent + 1000000
     run = since
     count = grants + 1
     marks = refunded * 2 % 4294967296
@@ -103,7 +110,8 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
  * operations take doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where
  * it stops reading them exactly). A grant already refunded (uncounted as the latest, or marked)
  * gives nothing again: ioredis resends a command whose answer a lost connection kept from it, and
- * Redis may have run it already. A key left at or before the latest grant is full and goes without
+ * Redis may have run it already. A mark moves with the marks when the latest grant is uncounted, so
+ * the latest grant's own mark (bit 0) is the one a grant refunded before the grant after it was. A key left at or before the latest grant is full and goes without
  * a reading of the clock (a stranger's rejected exchange); one whose time stays keeps its expiry
  * (only the mark changes); one that moves is written with the expiry its new time calls for.
  */
@@ -116,6 +124,7 @@ local span = 4294967296 * ARGV[1]
 local ahead = (full - last) % span
 local left
 if grants == tonumber(ARGV[3]) then
+  if marks % 2 == 1 then return 0 end
   left = ahead - 1000000
   grants = grants - 1
   marks = math.floor(marks / 2)

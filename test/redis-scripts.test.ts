@@ -133,6 +133,21 @@ if (client !== null) {
     await client.del(key)
   })
 
+  t.test('a resent refund of a grant refunded before the grant after it gives nothing, once that later grant was refunded too', async t => {
+    const { pace, redisKey } = paceOf('resent-marked', 3)
+    const key = redisKey('c')
+    const [, earlier, latest] = [grantOf(await pace.reserve('c')), grantOf(await pace.reserve('c')), grantOf(await pace.reserve('c'))]
+    t.equal(await refund(key, 3, ...earlier), 1, 'marked refunded')
+    t.equal(await refund(key, 3, ...latest), 1, 'uncounted: the earlier grant is now the run\'s latest, its mark moved to bit 0')
+    const row = await rowAt(key)
+    t.same([row![2], row![4]], [2, 1])
+    t.equal(await refund(key, 3, ...earlier), 0, 'resent, it gives nothing')
+    t.same(await rowAt(key), row, 'the row is as it was: the first grant still holds its unit')
+    const burst = await Promise.all([pace.reserve('c'), pace.reserve('c'), pace.reserve('c')])
+    t.equal(burst.filter(r => r.granted).length, 2, 'two of three units are back, not three')
+    await client.del(key)
+  })
+
   t.test('refunds in any order give every unit back when nothing else was spent', async t => {
     for (const order of [[0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0]]) {
       const { pace, redisKey } = paceOf(`order-${order.join('')}`, 10)
@@ -236,14 +251,27 @@ if (client !== null) {
     await client.del(key)
   })
 
-  t.test('a stored time more than one bucket ahead (Redis\'s clock stepped back) counts as one bucket', async t => {
+  t.test('a stored time more than one bucket ahead (Redis\'s clock stepped back) is rewritten one bucket ahead', async t => {
     const { pace, redisKey } = paceOf('stepped', 10)
+    const key = redisKey('c')
     const { now, wrap } = await microticksNow(10)
-    await client.set(redisKey('c'), rowOf((now + 30 * UNIT) % wrap, now, 1, now, 0), 'PX', 5000)
+    await client.set(key, rowOf((now + 30 * UNIT) % wrap, now, 3, now, 0), 'PX', 5000)
     const refused = await pace.reserve('c')
-    t.equal(refused.granted, false)
-    t.ok(refused.retryAfterMs <= 100, `one unit's wait at most, not three seconds: ${refused.retryAfterMs} ms`)
-    await client.del(redisKey('c'))
+    t.same([refused.granted, refused.retryAfterMs], [false, 100], 'one unit\'s wait, not three seconds')
+    const after = await microticksNow(10)
+    const [full, run, count, last, marks] = (await rowAt(key))!
+    const ahead = (full - after.now + wrap) % wrap
+    t.ok(ahead <= 10 * UNIT && ahead > 9 * UNIT, `the row is one bucket ahead of the reserve, not three: ${ahead / UNIT} units from now`)
+    t.same([count, marks, last], [0, 0, run], 'a run with no grant in it')
+    t.equal(await refund(key, 10, now, 3, now), 0, 'a refund of a grant from before the step gives nothing')
+    const ttl = await client.pttl(key)
+    t.ok(ttl > 900 && ttl <= 1000, `the key expires when the bucket is full again, within a second: PTTL ${ttl}`)
+    // One unit later (written as if that time had passed: the row one unit nearer), a reserve grants.
+    await client.set(key, rowOf((full - UNIT + wrap) % wrap, run, count, last, marks), 'PX', 1000)
+    const granted = await pace.reserve('c')
+    t.equal(granted.granted, true, 'granted once a unit has refilled')
+    t.equal(grantOf(granted)[1], 1, 'the first grant of the run the step began')
+    await client.del(key)
   })
 
   t.test('an answer that came while the event loop was stalled past timeoutMs counts: no outage', async t => {
