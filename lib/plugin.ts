@@ -274,7 +274,9 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     // Source quotas go on every response, this one included: those an earlier hook (onRequest) holds,
     // then the refusing pace's own at zero. beforeSend skips refused tickets.
     writeQuota(reply, (request.pace as PaceTicket<Holding>).held, false, bound)
-    reply.send(buildRefusalBody(request, refusal))
+    // Serialized here, as the 400 is: the body is the builder's as built, whatever serializer the
+    // route has (a response schema, or a compiler such as a Zod type provider's).
+    reply.type('application/json; charset=utf-8').send(JSON.stringify(buildRefusalBody(request, refusal)))
   }
 
   /**
@@ -374,7 +376,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     next()
   }
 
-  fastify.addHook('onRoute', (routeOptions: RouteOptions) => {
+  fastify.addHook('onRoute', function paceRoute (this: FastifyInstance, routeOptions: RouteOptions) {
     const config = routeOptions.config?.pace
     if (config === undefined) return
     const route = `${String(routeOptions.method)} ${routeOptions.url}`
@@ -394,7 +396,9 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
       routeOptions.onError = [...hookList(routeOptions.onError), settleOnError]
     }
-    routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store)
+    // A serializer compiler of the app's own (a Zod type provider's) may reject a JSON Schema 429.
+    const ownSerializer = routeOptions.serializerCompiler !== undefined || this.serializerCompiler !== undefined
+    routeOptions.schema = describeRoute(routeOptions.schema, rules, options.store, !ownSerializer)
   })
 
   fastify.addHook('onReady', function warnTrustProxy (next) {
@@ -428,32 +432,38 @@ function hookList<T> (hooks: T | T[] | undefined): T[] {
 
 /**
  * The route's schema with the per-replica statement added: the description sentence (after the
- * route's own), an `x-exchangepace` extension, and the 429 response. A new object: the HEAD route
+ * route's own), an `x-exchangepace` extension, and, with `with429`, the 429 response, in JSON
+ * Schema, unless the route documents its own. Fastify compiles every response schema with the
+ * route's serializer compiler, so a route whose compiler reads another kind of schema gets no
+ * 429 from here (its body is serialized by the plugin either way). A new object: the HEAD route
  * Fastify derives from a GET shares the original.
  */
-function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[], store: PaceStore | undefined): RouteOptions['schema'] {
+function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[], store: PaceStore | undefined, with429: boolean): RouteOptions['schema'] {
   const own = (schema ?? {}) as Record<string, unknown>
   const scope = store?.scope ?? PER_REPLICA
   const sentence = paceSentence(rules, store)
   const description = typeof own.description === 'string' && own.description !== '' ? `${own.description} ${sentence}` : sentence
-  const response = (own.response ?? {}) as Record<string, unknown>
-  return {
+  const described: Record<string, unknown> = {
     ...own,
     description,
     'x-exchangepace': {
       scope,
       paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, key: keyDescription(rule), spend: rule.spend }))
-    },
-    response: {
+    }
+  }
+  const response = own.response as Record<string, unknown> | undefined
+  if (with429 && response?.[429] === undefined) {
+    described.response = {
       ...response,
-      429: response[429] ?? {
+      429: {
         description: `Too many requests: the pace is spent (${scope}). Retry after the Retry-After header, in seconds.`,
         type: 'object',
         properties: { error: { type: 'string' }, error_description: { type: 'string' } },
         additionalProperties: true
       }
     }
-  } as RouteOptions['schema']
+  }
+  return described as RouteOptions['schema']
 }
 
 /** The exchangepace plugin: register it once, before the routes it paces. */

@@ -117,15 +117,48 @@ t.test('the HEAD route Fastify derives from a GET gets the sentence once, not tw
   t.equal(seen.get('HEAD /authorize')!.description, `Starts the flow. ${sentence}`)
 })
 
-t.test('the 429 body is serialized by the added response schema, custom members kept', async t => {
-  const app = await build(t, { now: () => 0, errorResponseBuilder: () => ({ error: 'slow_down', error_description: 'later', extra: 1 }) }, app => {
-    app.get('/authorize', {
-      config: { pace: { perSecond: 1, key: 'source', spend: 'every' } },
-      schema: { response: { 200: { type: 'object', properties: { ok: { type: 'boolean' } } } } }
-    }, async () => ({ ok: true, hidden: 'not in the 200 schema' }))
-  })
-  t.same((await app.inject('/authorize')).json(), { ok: true })
-  t.same((await app.inject('/authorize')).json(), { error: 'slow_down', error_description: 'later', extra: 1 })
+t.test('the 429 body is the errorResponseBuilder\'s as built, whatever response schemas the route has', async t => {
+  const bodies = [
+    { error: 'slow_down', error_description: 'later', extra: 1 },
+    [{ error: 'slow_down' }],
+    { error: { code: 1 } }
+  ]
+  for (const body of bodies) {
+    const app = await build(t, { now: () => 0, errorResponseBuilder: () => body }, app => {
+      app.get('/authorize', {
+        config: { pace: { perSecond: 1, key: 'source', spend: 'every' } },
+        schema: { response: { 200: { type: 'object', properties: { ok: { type: 'boolean' } } }, '4xx': { type: 'object', properties: { error: { type: 'string' } } } } }
+      }, async () => ({ ok: true, hidden: 'not in the 200 schema' }))
+    })
+    t.same((await app.inject('/authorize')).json(), { ok: true }, 'the route\'s own answers go through its schema')
+    const refused = await app.inject('/authorize')
+    t.equal(refused.statusCode, 429)
+    t.equal(refused.headers['content-type'], 'application/json; charset=utf-8')
+    t.equal(refused.body, JSON.stringify(body))
+  }
+})
+
+/** A serializer compiler like a Zod type provider's: it refuses any schema that is not its own kind. */
+const zodLike = ({ schema }: { schema: unknown }) => {
+  if ((schema as { zod?: unknown }).zod !== true) throw new Error('Invalid schema passed')
+  return (data: unknown) => JSON.stringify(data)
+}
+
+t.test('a route under a serializer compiler of the app\'s own gets no 429 schema, and starts', async t => {
+  for (const where of ['instance', 'route'] as const) {
+    const app = await build(t, { now: () => 0 }, app => {
+      app.register(async function routes (app) {
+        if (where === 'instance') app.setSerializerCompiler(zodLike)
+        app.addHook('onRoute', route => { t.equal(route.schema?.response, undefined, `${where}: no response schema added`) })
+        app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } }, ...(where === 'route' ? { serializerCompiler: zodLike } : {}) }, async () => 'ok')
+      })
+    })
+    const send = () => app.inject({ method: 'POST', url: '/token', payload: 'client_id=c', headers: { 'content-type': 'application/x-www-form-urlencoded' } })
+    t.equal((await send()).statusCode, 200, `${where}: the app started`)
+    const refused = await send()
+    t.equal(refused.statusCode, 429)
+    t.equal(refused.json().error, 'temporarily_unavailable', `${where}: the OAuth body`)
+  }
 })
 
 t.test('with a shared store the sentence and the extension state the store\'s scope', async t => {
