@@ -380,7 +380,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     const config = routeOptions.config?.pace
     if (config === undefined) return
     const route = `${String(routeOptions.method)} ${routeOptions.url}`
-    const rules = paceRules(config, route, routeOptions.url)
+    const rules = paceRules(config, route, paceUrl(routeOptions))
     const bound = rules.map(rule => bind(rule, route))
     const early = bound.filter(b => b.rule.early)
     const late = bound.filter(b => !b.rule.early)
@@ -422,6 +422,17 @@ function trustsEveryProxy (fastify: FastifyInstance): boolean {
   }
   const optionsKey = symbols.find(symbol => symbol.description === 'fastify.options')
   return optionsKey !== undefined && (fastify as unknown as Record<symbol, { trustProxy?: unknown }>)[optionsKey].trustProxy === true
+}
+
+/**
+ * The URL a route's default pace name is made of. A route at `/` under a prefix is the prefix's
+ * route: Fastify serves both `/authorize` and `/authorize/` from it, and adds the HEAD of each as
+ * a route of its own; named by their URLs, the two HEADs would keep two paces.
+ */
+function paceUrl (routeOptions: RouteOptions): string {
+  // Fastify 5 passes these to onRoute but leaves them out of RouteOptions' type.
+  const { prefix, routePath } = routeOptions as RouteOptions & { prefix?: string, routePath?: string }
+  return prefix !== undefined && prefix !== '' && routePath === '/' ? prefix : routeOptions.url
 }
 
 /** A route's hooks of one kind as an array (the route's own, when it gave one): callers spread it into a new one. */

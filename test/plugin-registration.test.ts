@@ -284,6 +284,20 @@ t.test('GET, its automatic HEAD and POST of one URL share one pace', async t => 
   t.equal(app.pace.get('/authorize')!.size, 1)
 })
 
+t.test('a route at "/" under a prefix keeps one pace, named by the prefix, with and without the trailing slash, HEADs included', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    app.register(async function authorize (app) {
+      app.get('/', { config: { pace: { perSecond: 1, key: 'source', spend: 'every' } } }, ok)
+    }, { prefix: '/authorize' })
+  })
+  t.same(app.pace.names(), ['/authorize'])
+  const statuses: number[] = []
+  for (const [method, url] of [['GET', '/authorize'], ['GET', '/authorize/'], ['HEAD', '/authorize'], ['HEAD', '/authorize/']] as const) {
+    statuses.push((await app.inject({ method, url })).statusCode)
+  }
+  t.same(statuses, [200, 429, 429, 429], 'one unit a second, whichever of the four asks')
+})
+
 t.test('a HEAD request spends once, not once per derived route', async t => {
   const app = await build(t, { now: () => 0 }, app => {
     app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, ok)
