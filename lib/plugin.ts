@@ -311,6 +311,12 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       if (bound.shared !== null) {
         const held = key
         bound.shared.reserve(key).then(reservation => {
+          // The request was answered while the store decided (a handler timeout): its ticket was
+          // settled without this unit, and nothing would ever settle it.
+          if (ticket.settled) {
+            reservation.refund()
+            return
+          }
           // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an
           // unhandled rejection: it fails the request as it does on the in-memory path.
           try {

@@ -54,6 +54,31 @@ t.test('a store whose reserve rejects: the request fails with 500 and what it to
   t.equal(app.pace.get('working')!.size, 0, 'the unit the first pace took was refunded, as for a key that throws')
 })
 
+t.test('a grant that comes after the request was answered (a handler timeout) is given back, and the handler does not run', async t => {
+  const answers: Array<() => void> = []
+  const slow: PaceStore = {
+    scope: 'shared by all replicas',
+    outage: 'it holds per replica',
+    pace: (_name: string, _perSecond: number, local: Pace) => ({
+      reserve: (key: string) => new Promise(resolve => answers.push(() => resolve(local.reserve(key))))
+    })
+  }
+  let ran = 0
+  const app = await build(t, { now: () => 0, store: slow }, app => {
+    app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, async () => {
+      ran++
+      return { ok: true }
+    })
+  }, { handlerTimeout: 1 })
+  const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'victim']) })
+  t.equal(response.statusCode, 503)
+  t.equal(answers.length, 1)
+  answers[0]()
+  await new Promise(resolve => setImmediate(resolve))
+  t.equal(app.pace.get('/token')!.size, 0, 'the unit was given back: the bucket is full')
+  t.equal(ran, 0)
+})
+
 t.test('an errorResponseBuilder that throws fails the request through Fastify\'s error handler on either path, and the process goes on', async t => {
   for (const [label, store] of [['in memory', undefined], ['asynchronous store', asyncStore()]] as const) {
     const app = await build(t, { now: () => 0, store, errorResponseBuilder: () => { throw new Error('builder broke') } }, app => {
