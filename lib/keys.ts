@@ -56,20 +56,22 @@ export function basicClientId (authorization: string | undefined): string | unde
   const decoded = Buffer.from(encoded, 'base64').toString('utf8')
   const colon = decoded.indexOf(':')
   if (colon === -1) throw new InvalidRequest('Basic credentials lack the ":" between client id and secret')
-  const id = formDecode(decoded.slice(0, colon), 'the Basic client id')
-  // The secret is checked, not kept: credentials malformed in either half are refused whole, here,
-  // rather than failing the handler's own decoding after the unit was taken.
-  formDecode(decoded.slice(colon + 1), 'the Basic client secret')
-  return id
+  // The secret is the handler's to read: it names no bucket, and many clients send it unencoded.
+  return formDecode(decoded.slice(0, colon), 'the Basic client id')
 }
+
+/** The client assertion type of RFC 7523: a JWT whose `sub` is the client id. */
+const JWT_BEARER = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer'
 
 /**
  * The `sub` claim of a client assertion JWT (RFC 7523 section 3), decoded but not verified: it only
- * names the bucket, and the handler verifies the signature before accepting the exchange.
+ * names the bucket, and the handler verifies the signature before accepting the exchange. An
+ * encrypted JWT (JWE, five parts) hides its claims: it declares no id, and undefined is returned.
  */
-export function assertionSubject (assertion: unknown): string {
+export function assertionSubject (assertion: unknown): string | undefined {
   if (typeof assertion !== 'string') throw new InvalidRequest('client_assertion must be a single string')
   const parts = assertion.split('.')
+  if (parts.length === 5) return undefined
   if (parts.length !== 3 || !BASE64URL.test(parts[1])) throw new InvalidRequest('client_assertion is not a JWT')
   let claims: unknown
   try {
@@ -83,9 +85,11 @@ export function assertionSubject (assertion: unknown): string {
 }
 
 /**
- * The one client id a token request declares, from HTTP Basic, the body's `client_id` and a
- * `client_assertion`'s `sub`; undefined when it declares none. Declaring two different ids, repeating
- * a parameter, or an id that fails `checkKey` is an InvalidRequest.
+ * The one client id a token request declares, from HTTP Basic, the body's `client_id` and the `sub`
+ * of a `client_assertion` that is a JWT (its `client_assertion_type` the JWT one, or absent; a SAML
+ * assertion, RFC 7522, or another kind declares nothing, and the body's `client_id` names the
+ * client); undefined when it declares none. Declaring two different ids, repeating a parameter, or
+ * an id that fails `checkKey` is an InvalidRequest.
  */
 export function declaredClientId (authorization: string | undefined, body: unknown, maxLength: number): string | undefined {
   let id = basicClientId(authorization)
@@ -101,13 +105,16 @@ export function declaredClientId (authorization: string | undefined, body: unkno
     id = bodyId as string
   }
   const assertion = params.client_assertion
-  if (assertion !== undefined) {
-    if (Array.isArray(assertion)) throw new InvalidRequest('client_assertion is repeated')
-    const subject = checkKey(assertionSubject(assertion), 'the client_assertion sub', maxLength)
-    if (id !== undefined && id !== subject) throw new InvalidRequest('the request declares conflicting client ids')
-    id = subject
-  }
-  return id
+  if (assertion === undefined) return id
+  if (Array.isArray(assertion)) throw new InvalidRequest('client_assertion is repeated')
+  const type = params.client_assertion_type
+  if (Array.isArray(type)) throw new InvalidRequest('client_assertion_type is repeated')
+  if (type !== undefined && type !== JWT_BEARER) return id
+  const subject = assertionSubject(assertion)
+  if (subject === undefined) return id
+  checkKey(subject, 'the client_assertion sub', maxLength)
+  if (id !== undefined && id !== subject) throw new InvalidRequest('the request declares conflicting client ids')
+  return subject
 }
 
 /**
