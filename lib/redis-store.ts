@@ -326,8 +326,10 @@ class RedisPace implements SharedPace {
         this.#store._track(this)
       }
     }
-    if (!this.#store._mayTry()) return Promise.resolve(local ?? this.#unavailable)
+    const store = this.#store
+    if (!store._mayTry()) return Promise.resolve(local ?? this.#unavailable)
     const redisKey = this.#prefix + key
+    const outage = store._outage
     return new Promise(resolve => {
       const deadlines = this.#deadlines
       const waiting = new ReserveWaiting(this, local, resolve)
@@ -358,7 +360,7 @@ class RedisPace implements SharedPace {
           local?.refund()
           resolve(refusedByRedis(reply.readDoubleLE(0)))
         }
-        this.#store._answered(this, this.#log)
+        store._answered(this, outage, this.#log)
       }, (err: Error) => {
         if (deadlines.answer(waiting)) this.#failed(local, err, resolve)
       })
@@ -429,6 +431,8 @@ export class RedisStore implements PaceStore {
   /** @internal The timeout of every reservation waiting for Redis, with one timer. */
   readonly _deadlines: Deadlines
   #unavailable = false
+  /** Outages so far: one that began after a request was sent cannot be ended by its answer. */
+  #outages = 0
   #triedAt = 0
   /** The paces whose memory may hold rows (with `whenUnavailable: 'fallback'`), and where tidying them goes on. */
   readonly #tracked = new Set<RedisPace>()
@@ -469,6 +473,11 @@ export class RedisStore implements PaceStore {
     return this.#unavailable
   }
 
+  /** @internal The current outage's number (the last one's while Redis answers). */
+  get _outage (): number {
+    return this.#outages
+  }
+
   /** @internal Whether a request should ask Redis: always while it answers; once per `retryMs` while not. */
   _mayTry (): boolean {
     if (!this.#unavailable) return true
@@ -483,6 +492,7 @@ export class RedisStore implements PaceStore {
     this.#triedAt = performance.now()
     if (this.#unavailable) return
     this.#unavailable = true
+    this.#outages++
     const fallback = this.whenUnavailable === 'fallback' ? 'pacing per replica in memory' : `failing ${this.whenUnavailable}`
     log.warn({ err }, `exchangepace: Redis store unavailable (${err.message}); ${fallback} until it answers again`)
   }
@@ -493,14 +503,19 @@ export class RedisStore implements PaceStore {
   }
 
   /**
-   * @internal Redis answered: end the outage, if there was one. A pace's memory is swept inside its
-   * own reserves; one whose routes get no more requests (an app closed while the store lives on
-   * included) would keep its rows, so each answer also tidies one tracked pace other than
-   * `answered` (whose reserve has just swept it when a sweep was due), in turn, and a pace left
-   * with no rows is no longer tracked: the work per answer is the same however many paces the
-   * store has had.
+   * @internal Redis answered a reservation sent during outage number `sentIn` (or after it, while
+   * Redis answered): end the outage when that is the current one. The answer to a reservation sent
+   * before it began (in flight when another timed out) ends nothing: with Redis's latency around
+   * `timeoutMs`, such answers would end each outage as it began, and retryMs would never hold
+   * requests back from a slow Redis.
+   *
+   * A pace's memory is swept inside its own reserves; one whose routes get no more requests (an
+   * app closed while the store lives on included) would keep its rows, so each answer also tidies
+   * one tracked pace other than `answered` (whose reserve has just swept it when a sweep was due),
+   * in turn, and a pace left with no rows is no longer tracked: the work per answer is the same
+   * however many paces the store has had.
    */
-  _answered (answered: RedisPace, log: FastifyBaseLogger): void {
+  _answered (answered: RedisPace, sentIn: number, log: FastifyBaseLogger): void {
     // Nothing to do when the only tracked pace is `answered`.
     if (this.#tracked.size > (answered._tracked ? 1 : 0)) {
       let next = this.#tidyNext.next()
@@ -511,7 +526,7 @@ export class RedisStore implements PaceStore {
       const pace = next.value as RedisPace
       if (pace !== answered && !pace._tidy()) this.#tracked.delete(pace)
     }
-    if (!this.#unavailable) return
+    if (!this.#unavailable || sentIn !== this.#outages) return
     this.#unavailable = false
     log.info('exchangepace: Redis store answers again; paces are shared by all replicas again')
   }

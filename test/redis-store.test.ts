@@ -138,7 +138,7 @@ t.test('a reply the store does not read (another version\'s script under the com
   t.equal(local.size, 1)
   t.ok(store.unavailable)
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (the reserve script answered 16 bytes, not a reply this version reads: does another version of exchangepace define its commands on this client?); pacing per replica in memory until it answers again']])
-  store._answered(pace as never, recordingLog().log)
+  store._answered(pace as never, store._outage, recordingLog().log)
   const text = pace.reserve('reporting')
   client.reserves[1].answer('granted')
   await text
@@ -187,6 +187,27 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
   t.ok((await back).granted)
   t.notOk(store.unavailable)
   t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'])
+})
+
+t.test('an answer to a reservation sent before the outage began does not end it: only a retry does', async t => {
+  const { client, store, pace, lines } = setup()
+  const before = pace.reserve('a')
+  const inFlight = pace.reserve('b')
+  client.reserves[0].reject(new Error('ETIMEDOUT'))
+  await before
+  t.ok(store.unavailable)
+  client.reserves[1].resolve([1, 7000, 1, 7000])
+  t.ok('run' in await inFlight, 'its grant is Redis\'s, and it counts')
+  t.ok(store.unavailable, 'the outage goes on')
+  t.equal(lines.length, 1, 'one warning, no info')
+  await pace.reserve('c')
+  t.equal(client.reserves.length, 2, 'within retryMs nobody waits for Redis')
+  await sleep(40)
+  const probe = pace.reserve('c')
+  client.reserves[2].resolve([1, 7100, 1, 7100])
+  await probe
+  t.notOk(store.unavailable, 'the retry\'s answer ends it')
+  t.same(lines.map(([level]) => level), ['warn', 'info'])
 })
 
 t.test('a client that throws as it is called is a failing Redis too: the request falls back, nothing waits', async t => {
