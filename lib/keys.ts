@@ -46,8 +46,8 @@ function formDecode (value: string, what: string): string {
 
 /**
  * The client id of an HTTP Basic `Authorization` header (RFC 6749 section 2.3.1), or undefined when
- * the header is absent or uses another scheme. Malformed Basic credentials (the secret's encoding
- * included) are an InvalidRequest.
+ * the header is absent or uses another scheme. Malformed Basic credentials (the id's encoding
+ * included; the secret is not read) are an InvalidRequest.
  */
 export function basicClientId (authorization: string | undefined): string | undefined {
   if (authorization === undefined || !BASIC.test(authorization)) return undefined

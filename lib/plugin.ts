@@ -431,14 +431,17 @@ function trustsEveryProxy (fastify: FastifyInstance): boolean {
 }
 
 /**
- * The URL a route's default pace name is made of. A route at `/` under a prefix is the prefix's
- * route: Fastify serves both `/authorize` and `/authorize/` from it, and adds the HEAD of each as
- * a route of its own; named by their URLs, the two HEADs would keep two paces.
+ * The URL a route's default pace name is made of. A route at `/` under a prefix, with
+ * `prefixTrailingSlash: 'both'` (the default), is the prefix's route: Fastify serves both
+ * `/authorize` and `/authorize/` from it, and adds the HEAD of each as a route of its own; named
+ * by their URLs, the two HEADs would keep two paces. With 'slash' it serves `/authorize/` alone,
+ * by its own name.
  */
 function paceUrl (routeOptions: RouteOptions): string {
   // Fastify 5 passes these to onRoute but leaves them out of RouteOptions' type.
   const { prefix, routePath } = routeOptions as RouteOptions & { prefix?: string, routePath?: string }
-  return prefix !== undefined && prefix !== '' && routePath === '/' ? prefix : routeOptions.url
+  const both = (routeOptions.prefixTrailingSlash ?? 'both') === 'both'
+  return both && prefix !== undefined && prefix !== '' && routePath === '/' ? prefix : routeOptions.url
 }
 
 /** A route's hooks of one kind as an array (the route's own, when it gave one): callers spread it into a new one. */

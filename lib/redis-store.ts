@@ -39,7 +39,8 @@ const IS_ROW = `row and #row == 45 and string.byte(row) == ${ROW_FORMAT}`
  * per second; a stored time is never more than one bucket ahead of now (the key expires when it is
  * reached), so its distance to now is read unambiguously from the modular difference. Redis's
  * clock is wall-clock time and can step back (or a failover can move rows to a server whose clock
- * is behind): a stored time more than one bucket ahead is then rewritten one bucket ahead, an
+ * is behind): a stored time more than one bucket ahead (by more than the half microtick a grant
+ * rounds to at a fractional rate) is then rewritten one bucket ahead, an
  * empty bucket that refills from now, starting a run with no grant in it (refunds of the grants
  * before the step give nothing), so that a step back delays a key by at most one second. The row is binary
  * (doubles, which hold those integers exactly, and the marks as an unsigned 32-bit integer) because
@@ -81,7 +82,7 @@ if ${IS_ROW} then
     since = math.floor(since / written * rate + 0.5) % wrap
   end
   local spent = (full - now) % wrap
-  if spent > 1000000 * rate and spent <= wrap / 2 then
+  if spent > 1000000 * rate + 0.5 and spent <= wrap / 2 then
     redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, math.floor(now + 1000000 * rate + 0.5) % wrap, at, 0, at, 0, rate), 'PX', '1000')
     return struct.pack('<d', 1000 / rate)
   end

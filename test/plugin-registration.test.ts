@@ -298,6 +298,16 @@ t.test('a route at "/" under a prefix keeps one pace, named by the prefix, with 
   t.same(statuses, [200, 429, 429, 429], 'one unit a second, whichever of the four asks')
 })
 
+t.test('with prefixTrailingSlash "slash", a route at "/" under a prefix keeps its own URL: a root route at the prefix is another route', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, ok)
+    app.register(async function authorize (app) {
+      app.get('/', { prefixTrailingSlash: 'slash', config: { pace: { perSecond: 1, key: 'source', spend: 'every' } } }, ok)
+    }, { prefix: '/authorize' })
+  })
+  t.same(app.pace.names(), ['/authorize', '/authorize/'])
+})
+
 t.test('a HEAD request spends once, not once per derived route', async t => {
   const app = await build(t, { now: () => 0 }, app => {
     app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, ok)

@@ -90,6 +90,27 @@ if (client !== null) {
     await client.del(key(0), key(1))
   }
 
+  t.test('at a fractional rate, a row a grant left up to half a microtick past one bucket ahead is no clock step back', async t => {
+    const perSecond = 2.5
+    const micros = 7_000_000_123
+    const now = (micros % 2 ** 32) * perSecond
+    const key = `${prefix}fraction`
+    // What a grant at this very moment can write: the bucket empty, rounded up to the microtick.
+    const row = Buffer.alloc(45)
+    row.writeUInt8(2, 0)
+    row.writeDoubleLE(now + 1_000_000 * perSecond + 0.4, 1) // full
+    row.writeDoubleLE(now - 2_000_000, 9) // run
+    row.writeDoubleLE(3, 17) // count
+    row.writeDoubleLE(now, 25) // last
+    row.writeUInt32LE(0, 33) // marks
+    row.writeDoubleLE(perSecond, 37) // rate
+    await client.set(key, row, 'PX', 60_000)
+    const reply = await commands.clockedReserveBuffer(key, perSecond, micros)
+    t.equal(reply.length, 8, 'refused: the bucket is empty')
+    t.same(await client.getBuffer(key), row, 'and the row is left as it was: its run goes on')
+    await client.del(key)
+  })
+
   t.test('the scripts and Pace answer alike over random histories, refunds in any order', async t => {
     await t.resolves(fc.assert(
       fc.asyncProperty(rate, fc.array(operation, { minLength: 100, maxLength: 500 }), (perSecond, operations) => replay(perSecond, 7_000_000_000, operations)),
