@@ -14,6 +14,8 @@
 //                  onSend writing the two quota headers (RateLimit-Policy and RateLimit) with fixed
 //                  values: the least any plugin of this shape that sends the draft's headers can
 //                  cost
+//   headers        no hook at all: the handler writes the same two headers with the same fixed
+//                  values before it answers: what the draft's headers cost by themselves
 //   exchangepace-redis, ratelimit-redis
 //                  the same two on Redis (127.0.0.1:6379, or REDIS_URL): exchangepace's RedisStore
 //                  and @fastify/rate-limit's Redis store, each with its own ioredis client with
@@ -28,7 +30,7 @@ import rateLimit from '@fastify/rate-limit'
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 
-export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis']
+export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'headers', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis']
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 
 export const CLIENT_ID = 'reporting'
@@ -61,12 +63,25 @@ function token (request, reply) {
 const noop = (request, reply, done) => done()
 
 /** What exchangepace writes on an accepted response of a route paced at `rate`, as fixed strings. */
+function quotaHeaderValues (url, rate) {
+  return { policy: `"${url}";q=${rate};w=1`, quota: `"${url}";r=${rate - 1};t=1` }
+}
+
+/** An onSend hook writing those headers. */
 function fixedQuotaHeaders (url, rate) {
-  const policy = `"${url}";q=${rate};w=1`
-  const quota = `"${url}";r=${rate - 1};t=1`
+  const { policy, quota } = quotaHeaderValues(url, rate)
   return (request, reply, payload, done) => {
     reply.header('ratelimit-policy', policy).header('ratelimit', quota)
     done(null, payload)
+  }
+}
+
+/** The token handler writing those headers itself, with no hook. */
+function tokenWithQuotaHeaders (url, rate) {
+  const { policy, quota } = quotaHeaderValues(url, rate)
+  return (request, reply) => {
+    reply.header('ratelimit-policy', policy).header('ratelimit', quota)
+    token(request, reply)
   }
 }
 
@@ -126,8 +141,9 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
         keyGenerator: request => request.body?.client_id ?? request.ip
       }
     }
+    const handler = kind === 'headers' ? tokenWithQuotaHeaders(url, rate) : token
     app.post(url, options, verifying === undefined
-      ? token
+      ? handler
       : async (request, reply) => {
         await verifying(request.body)
         token(request, reply)

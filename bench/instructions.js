@@ -45,8 +45,8 @@ const RateLimitRedisStore = require('@fastify/rate-limit/store/RedisStore')
 
 const options = parseOptions()
 const settings = byMode(options, {
-  full: { warmup: 5000, requests: 10_000, scriptCalls: 20_000, kinds: ['bare', 'onresponse', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
-  quick: { warmup: 1000, requests: 1000, scriptCalls: 5000, kinds: ['bare', 'onresponse', 'empty', 'floor', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
+  full: { warmup: 5000, requests: 10_000, scriptCalls: 20_000, kinds: ['bare', 'onresponse', 'empty', 'floor', 'headers', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
+  quick: { warmup: 1000, requests: 1000, scriptCalls: 5000, kinds: ['bare', 'onresponse', 'empty', 'floor', 'headers', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis'] },
   smoke: { warmup: 50, requests: 50, scriptCalls: 100, kinds: ['bare', 'exchangepace'] }
 })
 
@@ -55,6 +55,7 @@ const NAMES = {
   onresponse: 'a no-op onResponse alone',
   empty: 'empty hooks',
   floor: 'floor (a no-op preHandler + the two headers in onSend)',
+  headers: 'the two headers written by the handler, no hook',
   exchangepace: 'exchangepace',
   ratelimit: '@fastify/rate-limit',
   'exchangepace-redis': 'exchangepace, RedisStore',
