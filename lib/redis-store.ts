@@ -40,10 +40,10 @@ const IS_ROW = `row and #row == 45 and string.byte(row) == ${ROW_FORMAT}`
  * reached), so its distance to now is read unambiguously from the modular difference. Redis's
  * clock is wall-clock time and can step back (or a failover can move rows to a server whose clock
  * is behind): a stored time more than one bucket ahead (by more than the half microtick a grant
- * rounds to at a fractional rate) is then rewritten one bucket ahead, an
- * empty bucket that refills from now, starting a run with no grant in it (refunds of the grants
- * before the step give nothing), so that a step back delays a key by at most one second. The row is binary
- * (doubles, which hold those integers exactly, and the marks as an unsigned 32-bit integer) because
+ * rounds to at a fractional rate) is then rewritten one bucket ahead, an empty bucket that refills
+ * from now, starting a run with no grant in it (refunds of the grants before the step give
+ * nothing), so that a step back delays a key by at most one second. The row is binary (doubles,
+ * which hold those integers exactly, and the marks as an unsigned 32-bit integer) because
  * converting numbers to and from text cost Redis more than the arithmetic; for the same reason the
  * expiry goes to Redis as text formatted with %d (Redis would format a Lua number argument as a
  * 17-digit double). A value not in this format (not 45 bytes, or not starting with the format byte,
@@ -111,10 +111,11 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
  * operations take doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where
  * it stops reading them exactly). A grant already refunded (uncounted as the latest, or marked)
  * gives nothing again: ioredis resends a command whose answer a lost connection kept from it, and
- * Redis may have run it already. A mark moves with the marks when the latest grant is uncounted, so
- * the latest grant's own mark (bit 0) is the one a grant refunded before the grant after it was. A key left at or before the latest grant is full and goes without
- * a reading of the clock (a stranger's rejected exchange); one whose time stays keeps its expiry
- * (only the mark changes); one that moves is written with the expiry its new time calls for.
+ * Redis may have run it already. The marks move down one when the latest grant is uncounted, so
+ * the latest grant's own mark (bit 0) is set when it was refunded before the grant after it was. A
+ * key left at or before the latest grant is full and goes without a reading of the clock (a
+ * stranger's rejected exchange); one whose time stays keeps its expiry (only the mark changes);
+ * one that moves is written with the expiry its new time calls for.
  */
 const REFUND = `
 local row = redis.call('GET', KEYS[1])

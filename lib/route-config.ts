@@ -23,7 +23,8 @@ export interface PaceRouteOptions {
   spend: PaceSpend
   /**
    * The table this pace keeps, shared by every route naming it. Default: the route URL (so GET,
-   * HEAD and POST of one URL share it; a route at `/` under a prefix: the prefix), followed by `#client`, `#source` or `#key` when the route
+   * HEAD and POST of one URL share it; a route at `/` under a prefix with the default
+   * `prefixTrailingSlash`: the prefix), followed by `#client`, `#source` or `#key` when the route
    * declares several paces.
    */
   name?: string
