@@ -4,12 +4,14 @@
 // and writes `<out>/<part>.json`. Figures are only ever compared inside one such file: the
 // alternatives ran in the same process (or the same run), on the same machine, minutes apart at most.
 
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import os from 'node:os'
 import { dirname, join, resolve } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
+import Redis from 'ioredis'
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url))
 export const REPO_DIR = resolve(BENCH_DIR, '..')
@@ -181,4 +183,26 @@ export async function sparePort () {
   const { port } = server.address()
   await new Promise(resolve => server.close(resolve))
   return port
+}
+
+/**
+ * A redis-server of the caller's own on loopback `port`, nothing kept on disk, once it answers a
+ * PING (test/redis-plugin.test.ts starts its outage servers with it too).
+ */
+export async function startRedisServer (port) {
+  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
+  probe.on('error', () => {}) // refused until the server listens: the loop below tries again
+  for (let attempt = 0; attempt < 100; attempt++) {
+    try {
+      await probe.connect()
+      await probe.ping()
+      probe.disconnect()
+      return server
+    } catch {
+      await sleep(20)
+    }
+  }
+  server.kill('SIGKILL')
+  throw new Error(`redis-server did not answer on port ${port}`)
 }

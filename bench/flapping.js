@@ -10,35 +10,16 @@
 // Used by bench/redis.js; needs redis-server installed (otherwise the measurement records why it
 // was skipped).
 
-import { spawn } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import formbody from '@fastify/formbody'
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 import { FORM, tokenBody } from './apps.js'
-import { redisServerVersion, sparePort } from './common.js'
+import { redisServerVersion, sparePort, startRedisServer } from './common.js'
 
 const RATE = 10
 const IN_FLIGHT = 8
-
-async function startRedis (port) {
-  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
-  probe.on('error', () => {}) // refused until the server listens: the loop below tries again
-  for (let attempt = 0; attempt < 100; attempt++) {
-    try {
-      await probe.connect()
-      await probe.ping()
-      probe.disconnect()
-      return server
-    } catch {
-      await sleep(20)
-    }
-  }
-  server.kill('SIGKILL')
-  throw new Error(`flapping: redis-server did not answer on port ${port}`)
-}
 
 /** The most of `times` (ascending, ms) in any window of `windowMs`. */
 function mostInWindow (times, windowMs) {
@@ -52,7 +33,7 @@ function mostInWindow (times, windowMs) {
 
 async function measureSchedule ({ stopMs, everyMs }, seconds) {
   const port = await sparePort()
-  const server = await startRedis(port)
+  const server = await startRedisServer(port)
   // A stopped server must not outlive the bench, whatever ends it.
   const release = () => {
     server.kill('SIGCONT')

@@ -1,13 +1,14 @@
 import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import formbody from '@fastify/formbody'
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { createServer } from 'node:net'
+import { spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import exchangePace, { RedisStore } from '../lib/index.js'
 import { redisOrSkip, underCI, uniquePrefix } from './helpers/redis.js'
+// The bench's own: plain JavaScript, as tap runs tests without type-checking them.
+import { sparePort, startRedisServer } from '../bench/common.js'
 
 // The plugin on a RedisStore, over a real Redis: replicas share one pace, strangers leave nothing
 // in Redis, and a Redis that stops and comes back is survived without a single 5xx.
@@ -79,8 +80,8 @@ if (client !== null) {
   const redisServer = spawnSync('redis-server', ['--version']).status === 0
   if (!redisServer && underCI()) throw new Error('CI needs redis-server installed for the outage tests (.ci/run installs it)')
   t.test('Redis stopped mid-run: requests flow on the per-replica fallback, one warning, and Redis is picked up again', { skip: redisServer ? false : 'redis-server is not installed' }, async t => {
-    const port = await freePort()
-    let server = await startRedis(port)
+    const port = await sparePort()
+    let server = await startRedisServer(port)
     t.teardown(() => { server.kill('SIGKILL') })
     const own = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1, retryStrategy: () => 20 })
     t.teardown(() => own.disconnect())
@@ -104,7 +105,7 @@ if (client !== null) {
     t.equal(warnings.length, 1, 'one warning for the whole outage')
     t.match(warnings[0].msg, /Redis store unavailable .*pacing per replica in memory/)
 
-    server = await startRedis(port)
+    server = await startRedisServer(port)
     for (let i = 0; i < 100 && own.status !== 'ready'; i++) await sleep(20)
     await sleep(60)
     t.equal((await exchange(app, 'back')).statusCode, 200)
@@ -114,8 +115,8 @@ if (client !== null) {
   })
 
   t.test('a unit granted by the fallback is refunded in memory, never in Redis', { skip: redisServer ? false : 'redis-server is not installed' }, async t => {
-    const port = await freePort()
-    let server = await startRedis(port)
+    const port = await sparePort()
+    let server = await startRedisServer(port)
     t.teardown(() => { server.kill('SIGKILL') })
     const own = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1, retryStrategy: () => 20 })
     t.teardown(() => own.disconnect())
@@ -131,7 +132,7 @@ if (client !== null) {
     t.ok(held.granted)
     t.equal(local.size, 1)
 
-    server = await startRedis(port)
+    server = await startRedisServer(port)
     for (let i = 0; i < 100 && own.status !== 'ready'; i++) await sleep(20)
     held.refund()
     await own.ping() // answered after any command the refund sent
@@ -143,28 +144,3 @@ if (client !== null) {
   })
 }
 
-async function freePort (): Promise<number> {
-  const probe = createServer()
-  probe.listen(0, '127.0.0.1')
-  await once(probe, 'listening')
-  const { port } = probe.address() as { port: number }
-  probe.close()
-  await once(probe, 'close')
-  return port
-}
-
-async function startRedis (port: number): Promise<ChildProcess> {
-  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
-  for (let i = 0; i < 100; i++) {
-    try {
-      await probe.connect()
-      await probe.ping()
-      probe.disconnect()
-      return server
-    } catch {
-      await sleep(20)
-    }
-  }
-  throw new Error(`redis-server did not answer on port ${port}`)
-}
