@@ -320,15 +320,15 @@ class RedisPace implements SharedPace {
   }
 
   reserve (key: string): Promise<PaceReservation> {
+    const store = this.#store
     const local = this.#local === null ? null : this.#local.reserve(key)
     if (local !== null) {
       if (!local.granted) return Promise.resolve(local)
       if (!this.#tracked) {
         this.#tracked = true
-        this.#store._track(this)
+        store._track(this)
       }
     }
-    const store = this.#store
     if (!store._mayTry()) return Promise.resolve(local ?? this.#unavailable)
     const redisKey = this.#prefix + key
     const outage = store._outage
