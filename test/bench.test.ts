@@ -43,7 +43,12 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
       }
       t.equal(r.refused, 0, 'no call refused')
     }
-    for (const r of live) t.equal(r.rowsAfter, r.keys, 'every live key keeps its row')
+    for (const r of live) {
+      t.equal(r.rowsAfter, r.keys, 'every live key keeps its row')
+      for (const name of ['clock + lookup', 'clock + lookup + object']) {
+        t.ok(r.nsPerOp[name].median > 0 && r.ratioToLocalStore[name].median > 0, `${r.keys} live keys: the floor ${name}`)
+      }
+    }
     t.equal(bucket.results.find((r: Json) => r.workload === 'strangers').rowsAfter, 0, 'refunded strangers leave no row')
   })
 
