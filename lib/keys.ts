@@ -126,11 +126,11 @@ export function declaredClientId (authorization: string | undefined, body: unkno
  * port, or a string). An IP address is never refused, whatever `maxLength`.
  */
 export function sourceKey (address: string, subnetBits: number, maxLength: number): string {
+  if (isIPv4(address)) return address
+  if (!isIPv6(address)) return checkKey(address, 'the source address', maxLength)
+  // An IPv6 address may carry a zone id (`fe80::1%eth0`), which names the link, not the host.
   const zone = address.indexOf('%')
-  const ip = zone === -1 ? address : address.slice(0, zone)
-  if (isIPv4(ip)) return ip
-  if (!isIPv6(ip)) return checkKey(ip, 'the source address', maxLength)
-  const groups = ipv6Groups(ip)
+  const groups = ipv6Groups(zone === -1 ? address : address.slice(0, zone))
   if (groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff) {
     return `${groups[6] >> 8}.${groups[6] & 0xff}.${groups[7] >> 8}.${groups[7] & 0xff}`
   }

@@ -78,7 +78,10 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
   const rules = list.map((entry: unknown, index): PaceRule => {
     const at = Array.isArray(config) ? `config.pace[${index}]` : 'config.pace'
     if (entry === null || typeof entry !== 'object') return fail(at, 'an object { perSecond, key, spend, name? }', entry)
-    const { perSecond, key, spend, name } = entry as Record<string, unknown>
+    const { perSecond, key, spend, name, ...unknown } = entry as Record<string, unknown>
+    for (const option of Object.keys(unknown)) {
+      throw new TypeError(`exchangepace: route ${route}: ${at}.${option} is not an option of a pace (perSecond, key, spend, name)`)
+    }
     if (typeof perSecond !== 'number' || !(perSecond >= 1 && perSecond <= MAX_PER_SECOND)) {
       fail(`${at}.perSecond`, `a number from 1 to ${MAX_PER_SECOND}`, perSecond)
     }

@@ -409,6 +409,12 @@ t.test('sourceKey', async t => {
     t.equal(sourceKey('::ffff:192.0.2.1%1', 64, 255), '192.0.2.1')
   })
 
+  t.test('a % in what is not an IPv6 address is part of the key, as the rest of it is', async t => {
+    t.equal(sourceKey('abc%def', 64, 255), 'abc%def')
+    t.equal(sourceKey('%zz', 64, 255), '%zz')
+    t.equal(sourceKey('192.0.2.1%eth0', 64, 255), '192.0.2.1%eth0', 'IPv4 has no zone id')
+  })
+
   t.test('an IPv4 tail in other IPv6 addresses is read as the last two groups', async t => {
     // Each row: address, prefix length, key.
     const table: Array<[string, number, string]> = [

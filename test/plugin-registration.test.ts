@@ -137,6 +137,8 @@ t.test('route config errors name the route, the option and the value', async t =
     [null, 'route POST /token: config.pace must be an object { perSecond, key, spend, name? }, got null'],
     [circular(), 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got [object Object]'],
     [[], 'route POST /token: config.pace must be a pace or a non-empty array of paces, got []'],
+    [{ perSecond: 10, key: 'client', spend: 'accepted', nmae: 'token' }, 'route POST /token: config.pace.nmae is not an option of a pace (perSecond, key, spend, name)'],
+    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'every', max: 5 }], 'route POST /token: config.pace[1].max is not an option of a pace (perSecond, key, spend, name)'],
     [[{ perSecond: 10, key: 'client', spend: 'accepted' }, 5], 'route POST /token: config.pace[1] must be an object { perSecond, key, spend, name? }, got 5'],
     [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'never' }], 'route POST /token: config.pace[1].spend must be \'accepted\' or \'every\', got "never"']
   ]
