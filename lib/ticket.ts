@@ -24,8 +24,9 @@ export interface HeldReservation {
  * is handed to the connection (its onSend hook, after the route's own; an error answer already in
  * onError), whether or not the client is still there to read it: settling when the response
  * finishes (onResponse) would let a stranger decide, by hanging up or resetting an HTTP/2 stream,
- * whether a failed exchange counts against the client it named. A ticket that is never settled (no
- * answer, a hijacked reply, a reply handed to the not-found handler) keeps its units spent. An
+ * whether a failed exchange counts against the client it named. A reply handed to the not-found
+ * handler is settled as the 404 is sent (Fastify keeps the route's onSend hooks for it). A ticket
+ * that is never settled (no answer, a hijacked reply) keeps its units spent. An
  * outcome set to `'rejected'` after settlement (by an error handler, which Fastify runs after
  * onError) refunds then: a refund is exact whenever it comes, and never given twice.
  */

@@ -44,6 +44,25 @@ t.test('spend accepted: the unit comes back when the handler flags the exchange 
   t.equal(app.pace.get('/token')!.size, 0)
 })
 
+t.test('a reply handed to the not-found handler is settled as it is sent: Fastify keeps the route\'s onSend hooks for it', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    app.post('/token', { config: { pace: CLIENT_1 } }, async (request, reply) => {
+      request.pace!.outcome = request.headers['x-outcome'] as PaceOutcome
+      return reply.callNotFound()
+    })
+  })
+  const body = form(['client_id', 'victim'])
+  const ask = (outcome: PaceOutcome) => app.inject({ method: 'POST', url: '/token', payload: body.payload, headers: { ...body.headers, 'x-outcome': outcome } })
+  for (let i = 0; i < 3; i++) {
+    const response = await ask('rejected')
+    t.equal(response.statusCode, 404)
+    t.equal(app.pace.get('/token')!.size, 0, 'refunded')
+  }
+  t.equal((await ask('accepted')).statusCode, 404)
+  t.equal(app.pace.get('/token')!.size, 1, 'committed')
+  t.equal((await ask('accepted')).statusCode, 429)
+})
+
 t.test('spend every: a rejected outcome keeps the unit spent until it refills', async t => {
   const clock = { t: 0 }
   const app = await build(t, { now: () => clock.t }, app => {
