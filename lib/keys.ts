@@ -88,8 +88,9 @@ export function assertionSubject (assertion: unknown): string | undefined {
  * The one client id a token request declares, from HTTP Basic, the body's `client_id` and the `sub`
  * of a `client_assertion` that is a JWT (its `client_assertion_type` the JWT one, or absent; a SAML
  * assertion, RFC 7522, or another kind declares nothing, and the body's `client_id` names the
- * client); undefined when it declares none. Declaring two different ids, repeating a parameter, or
- * an id that fails `checkKey` is an InvalidRequest.
+ * client); undefined when it declares none. A parameter sent empty counts as absent (RFC 6749
+ * section 3.1). Declaring two different ids, repeating a parameter, or an id that fails `checkKey`
+ * is an InvalidRequest.
  */
 export function declaredClientId (authorization: string | undefined, body: unknown, maxLength: number): string | undefined {
   let id = basicClientId(authorization)
@@ -98,18 +99,18 @@ export function declaredClientId (authorization: string | undefined, body: unkno
 
   const params = body as Record<string, unknown>
   const bodyId = params.client_id
-  if (bodyId !== undefined) {
+  if (bodyId !== undefined && bodyId !== '') {
     if (Array.isArray(bodyId)) throw new InvalidRequest('client_id is repeated')
     checkKey(bodyId, 'client_id', maxLength)
     if (id !== undefined && id !== bodyId) throw new InvalidRequest('the request declares conflicting client ids')
     id = bodyId as string
   }
   const assertion = params.client_assertion
-  if (assertion === undefined) return id
+  if (assertion === undefined || assertion === '') return id
   if (Array.isArray(assertion)) throw new InvalidRequest('client_assertion is repeated')
   const type = params.client_assertion_type
   if (Array.isArray(type)) throw new InvalidRequest('client_assertion_type is repeated')
-  if (type !== undefined && type !== JWT_BEARER) return id
+  if (type !== undefined && type !== '' && type !== JWT_BEARER) return id
   const subject = assertionSubject(assertion)
   if (subject === undefined) return id
   checkKey(subject, 'the client_assertion sub', maxLength)
@@ -117,17 +118,32 @@ export function declaredClientId (authorization: string | undefined, body: unkno
   return subject
 }
 
+/** An address with a port, as some proxies write X-Forwarded-For: `192.0.2.1:51234`, or IPv6 in brackets with or without one. */
+const WITH_PORT = /^(?:(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}|\[([^\]]+)\](?::\d{1,5})?)$/
+
 /**
  * The source key of an address: IPv4 as is (IPv4-mapped IPv6 reduced to IPv4), IPv6 reduced to its
  * first `subnetBits` bits, since one host commonly owns a whole /64 and could otherwise rotate
- * through addresses to get fresh buckets. The result looks like `2001:db8:1:2::/64`. Anything that
- * is not an IP address is kept as it is when `checkKey` accepts it within `maxLength`: with
- * `trustProxy`, `request.ip` can be whatever a client wrote in X-Forwarded-For (an address with a
- * port, or a string). An IP address is never refused, whatever `maxLength`.
+ * through addresses to get fresh buckets. The result looks like `2001:db8:1:2::/64`. A port is no
+ * part of the key (a client opens a connection per port), nor is an IPv6 zone id. Anything that is
+ * not an IP address is kept as it is when `checkKey` accepts it within `maxLength`: with
+ * `trustProxy`, `request.ip` can be whatever a client wrote in X-Forwarded-For. An IP address is
+ * never refused, whatever `maxLength`.
  */
 export function sourceKey (address: string, subnetBits: number, maxLength: number): string {
   if (isIPv4(address)) return address
-  if (!isIPv6(address)) return checkKey(address, 'the source address', maxLength)
+  if (isIPv6(address)) return ipv6Key(address, subnetBits)
+  const withPort = WITH_PORT.exec(address)
+  if (withPort !== null) {
+    const [, ipv4, ipv6] = withPort
+    if (ipv4 !== undefined && isIPv4(ipv4)) return ipv4
+    if (ipv6 !== undefined && isIPv6(ipv6)) return ipv6Key(ipv6, subnetBits)
+  }
+  return checkKey(address, 'the source address', maxLength)
+}
+
+/** The key of a valid IPv6 address: IPv4-mapped as IPv4, otherwise its first `subnetBits` bits. */
+function ipv6Key (address: string, subnetBits: number): string {
   // An IPv6 address may carry a zone id (`fe80::1%eth0`), which names the link, not the host.
   const zone = address.indexOf('%')
   const groups = ipv6Groups(zone === -1 ? address : address.slice(0, zone))

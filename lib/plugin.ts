@@ -408,8 +408,11 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   })
 
   fastify.addHook('onReady', function warnTrustProxy (next) {
-    if (keysBySource && trustsEveryProxy(fastify)) {
-      fastify.log.warn('exchangepace: trustProxy is true and a route is paced by source: request.ip is then the leftmost X-Forwarded-For, which the client writes. Trust only your proxies (a hop count or their addresses).')
+    const trustProxy = keysBySource ? trustProxyOf(fastify) : undefined
+    if (trustProxy === true) {
+      fastify.log.warn('exchangepace: trustProxy is true and a route is paced by source: request.ip is then the leftmost X-Forwarded-For, which the client writes. Trust only your proxies, by their addresses (IPs or CIDRs) or a function.')
+    } else if (typeof trustProxy === 'number') {
+      fastify.log.warn('exchangepace: trustProxy is a hop count and a route is paced by source: Fastify 5.12.1 and later trust no proxy for a hop count, so request.ip is your proxy\'s address and every client behind it shares each source pace (earlier versions let a client that reaches the server directly write its own address). Trust your proxies by their addresses (IPs or CIDRs) or a function.')
     }
     next()
   })
@@ -418,16 +421,16 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
 }
 
 /**
- * Whether the server was built with `trustProxy: true`. Fastify keeps its options under a symbol
- * and leaves trustProxy out of `initialConfig`, so this looks the symbol up by its description.
+ * The server's `trustProxy` option. Fastify keeps its options under a symbol and leaves trustProxy
+ * out of `initialConfig`, so this looks the symbol up by its description.
  */
-function trustsEveryProxy (fastify: FastifyInstance): boolean {
+function trustProxyOf (fastify: FastifyInstance): unknown {
   const symbols: symbol[] = []
   for (let instance: object | null = fastify; instance !== null; instance = Object.getPrototypeOf(instance) as object | null) {
     symbols.push(...Object.getOwnPropertySymbols(instance))
   }
   const optionsKey = symbols.find(symbol => symbol.description === 'fastify.options')
-  return optionsKey !== undefined && (fastify as unknown as Record<symbol, { trustProxy?: unknown }>)[optionsKey].trustProxy === true
+  return optionsKey === undefined ? undefined : (fastify as unknown as Record<symbol, { trustProxy?: unknown }>)[optionsKey].trustProxy
 }
 
 /**

@@ -79,8 +79,10 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
     const at = Array.isArray(config) ? `config.pace[${index}]` : 'config.pace'
     if (entry === null || typeof entry !== 'object') return fail(at, 'an object { perSecond, key, spend, name? }', entry)
     const { perSecond, key, spend, name, ...unknown } = entry as Record<string, unknown>
-    for (const option of Object.keys(unknown)) {
-      throw new TypeError(`exchangepace: route ${route}: ${at}.${option} is not an option of a pace (perSecond, key, spend, name)`)
+    // A misspelt option would otherwise be dropped without a word (a misspelt name, say, leaves the
+    // pace its default name); one set to undefined says nothing, as a missing one does.
+    for (const [option, value] of Object.entries(unknown)) {
+      if (value !== undefined) throw new TypeError(`exchangepace: route ${route}: ${at}.${option} is not an option of a pace (perSecond, key, spend, name)`)
     }
     if (typeof perSecond !== 'number' || !(perSecond >= 1 && perSecond <= MAX_PER_SECOND)) {
       fail(`${at}.perSecond`, `a number from 1 to ${MAX_PER_SECOND}`, perSecond)

@@ -57,7 +57,6 @@ const BAD: Case[] = [
   { name: 'client_id null (JSON)', body: { client_id: null }, description: 'client_id must be a string' },
   { name: 'client_id an array (JSON)', body: { client_id: ['alice'] }, description: 'client_id is repeated' },
   { name: 'client_id an object (JSON)', body: { client_id: { id: 'alice' } }, description: 'client_id must be a string' },
-  { name: 'client_id empty', body: [['client_id', '']], description: 'client_id must not be empty' },
   { name: 'client_id longer than 255', body: [['client_id', 'x'.repeat(256)]], description: 'client_id is longer than 255 characters' },
   { name: 'client_id with a control character', body: [['client_id', 'ali\u0000ce']], description: 'client_id contains non-printable characters' },
   { name: 'client_id with a C1 control character', body: [['client_id', 'ali\u0085ce']], description: 'client_id contains non-printable characters' },
@@ -150,7 +149,12 @@ t.test('the declared id is read from Basic, the body or an assertion, and one va
     [{ body: [['client_id', 'ivan'], ['client_assertion_type', 'urn:ietf:params:oauth:client-assertion-type:saml2-bearer'], ['client_assertion', 'PHNhbWw-']] }, ['ivan']], // SAML: client_id names the client
     [{ body: [['client_id', 'judy'], ['client_assertion', 'eyJhbGciOiJkaXIifQ..aXY.Y2lwaGVy.dGFn']] }, ['judy']], // an encrypted JWT hides its sub
     [{ body: [['grant_type', 'client_credentials']] }, []], // none declared: nothing reserved
-    [{}, []]
+    [{}, []],
+    // A parameter sent empty counts as absent (RFC 6749 section 3.1).
+    [{ body: [['client_id', '']] }, []],
+    [{ authorization: basic('kate', 's'), body: [['client_id', '']] }, ['kate']],
+    [{ body: [['client_id', 'leo'], ['client_assertion', '']] }, ['leo']],
+    [{ body: [['client_assertion_type', ''], ['client_assertion', jwt({ sub: 'mia' })]] }, ['mia']] // as if the type were absent: a JWT
   ]
   for (const [request, keys] of cases) {
     const response = await send(app, request)
@@ -306,12 +310,12 @@ t.test('under trustProxy: true, a forwarded source that is no valid key is a 400
   const app = await build(t, { maxKeyLength: 64 }, app => {
     app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async () => { handled++; return { ok: true } })
   }, { trustProxy: true })
-  for (const forwarded of ['x'.repeat(65), '203.0.113.9:51234']) {
+  for (const forwarded of ['x'.repeat(65), 'proxy-7.internal']) {
     const response = await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': forwarded } })
     if (forwarded.length > 64) {
       t.equal(response.statusCode, 400)
       t.same(response.json(), { error: 'invalid_request', error_description: 'the source address is longer than 64 characters' })
-    } else t.equal(response.statusCode, 200, 'an address with a port is a key like any other')
+    } else t.equal(response.statusCode, 200, 'a name that is no address is a key like any other')
   }
   t.equal(handled, 1)
   t.equal(app.pace.get('/authorize')!.size, 1, 'only the valid source holds a row')
@@ -329,19 +333,32 @@ t.test('the plugin registered inside an encapsulated context warns too', async t
   t.equal(lines.filter(line => TRUST_WARNING.test(String(line.msg))).length, 1)
 })
 
-t.test('no warning without trustProxy: true, or without a source pace', async t => {
+t.test('trustProxy as a hop count with a source pace warns: this Fastify trusts no proxy for a number, so every client behind one shares its address', async t => {
+  const lines: Array<Record<string, unknown>> = []
+  const app = await build(t, {}, app => {
+    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async request => ({ ip: request.ip }))
+  }, { trustProxy: 1, logger: capture(lines) } as Record<string, unknown>)
+  const warnings = lines.filter(line => /^exchangepace: trustProxy is a hop count and a route is paced by source: Fastify 5\.12\.1 and later trust no proxy/.test(String(line.msg)))
+  t.equal(warnings.length, 1)
+  t.equal(warnings[0].level, 40)
+  const response = await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': '203.0.113.9' } })
+  t.same(response.json(), { ip: '127.0.0.1' }, 'the forwarded address is not used: what the warning says')
+})
+
+t.test('no warning with trustProxy false, by address or by function, or without a source pace', async t => {
   const settings: Array<[Record<string, unknown>, PaceRouteOptions]> = [
     [{}, { perSecond: 2, key: 'source', spend: 'every' }],
-    [{ trustProxy: 1 }, { perSecond: 2, key: 'source', spend: 'every' }],
     [{ trustProxy: '10.0.0.1' }, { perSecond: 2, key: 'source', spend: 'every' }],
-    [{ trustProxy: true }, { perSecond: 2, key: 'client', spend: 'accepted' }]
+    [{ trustProxy: () => false }, { perSecond: 2, key: 'source', spend: 'every' }],
+    [{ trustProxy: true }, { perSecond: 2, key: 'client', spend: 'accepted' }],
+    [{ trustProxy: 1 }, { perSecond: 2, key: 'client', spend: 'accepted' }]
   ]
   for (const [server, pace] of settings) {
     const lines: Array<Record<string, unknown>> = []
     await build(t, {}, app => {
       app.get('/r', { config: { pace } }, async () => ({ ok: true }))
     }, { ...server, logger: capture(lines) })
-    t.equal(lines.filter(line => TRUST_WARNING.test(String(line.msg))).length, 0, JSON.stringify(server))
+    t.equal(lines.filter(line => /^exchangepace: trustProxy/.test(String(line.msg))).length, 0, JSON.stringify(server))
   }
 })
 
@@ -375,4 +392,15 @@ t.test('with trustProxy, the source is the forwarded address a proxy wrote', asy
   }, { trustProxy: '127.0.0.1' })
   const response = await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': '198.51.100.4' } })
   t.same(response.json(), { key: '198.51.100.4' })
+})
+
+t.test('a forwarded address with a port (as some proxies write it) is keyed by the address: a new connection is no new bucket', async t => {
+  const app = await build(t, { now: () => 0 }, app => {
+    app.get('/authorize', { config: { pace: { perSecond: 1, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
+  }, { trustProxy: '127.0.0.1' })
+  const first = await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': '198.51.100.4:50001' } })
+  t.same(first.json(), { key: '198.51.100.4' })
+  t.equal((await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': '198.51.100.4:50002' } })).statusCode, 429)
+  t.equal((await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': '[2001:db8:1:2::7]:443' } })).json().key, '2001:db8:1:2::/64')
+  t.equal(app.pace.get('/authorize')!.size, 2)
 })

@@ -325,3 +325,10 @@ t.test('the plugin is registered once, under its name, for Fastify 5', async t =
   t.ok(app.hasDecorator('pace'))
   t.ok(app.hasRequestDecorator('pace'))
 })
+
+t.test('an option of a route\'s pace set to undefined is as good as missing, whatever its name', async t => {
+  const app = await paced(t)
+  app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted', name: undefined, burst: undefined } as PaceRouteOptions } }, ok)
+  await app.ready()
+  t.ok(app.pace.get('/token'), 'the default name')
+})
