@@ -421,8 +421,9 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
 }
 
 /**
- * The server's `trustProxy` option. Fastify keeps its options under a symbol and leaves trustProxy
- * out of `initialConfig`, so this looks the symbol up by its description.
+ * The server's `trustProxy` option (false when Fastify's options cannot be found). Fastify keeps its
+ * options under a symbol and leaves trustProxy out of `initialConfig`, so this looks the symbol up
+ * by its description.
  */
 function trustProxyOf (fastify: FastifyInstance): unknown {
   const symbols: symbol[] = []
@@ -430,7 +431,7 @@ function trustProxyOf (fastify: FastifyInstance): unknown {
     symbols.push(...Object.getOwnPropertySymbols(instance))
   }
   const optionsKey = symbols.find(symbol => symbol.description === 'fastify.options')
-  return optionsKey === undefined ? undefined : (fastify as unknown as Record<symbol, { trustProxy?: unknown }>)[optionsKey].trustProxy
+  return optionsKey !== undefined && (fastify as unknown as Record<symbol, { trustProxy?: unknown }>)[optionsKey].trustProxy
 }
 
 /**
