@@ -386,18 +386,21 @@ t.test('on a Unix socket, where request.ip is undefined, requests share one sour
   t.equal(warnings.length, 1, 'warned once, not per request')
 })
 
-t.test('with trustProxy, the source is the forwarded address a proxy wrote', async t => {
-  const app = await build(t, { now: () => 0 }, app => {
+/** An authorize route paced by source at 1/s behind a proxy trusted by address, echoing its key. */
+function behindProxy (tt: TapTest): Promise<FastifyInstance> {
+  return build(tt, { now: () => 0 }, app => {
     app.get('/authorize', { config: { pace: { perSecond: 1, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
   }, { trustProxy: '127.0.0.1' })
+}
+
+t.test('with trustProxy, the source is the forwarded address a proxy wrote', async t => {
+  const app = await behindProxy(t)
   const response = await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': '198.51.100.4' } })
   t.same(response.json(), { key: '198.51.100.4' })
 })
 
 t.test('a forwarded address with a port (as some proxies write it) is keyed by the address: a new connection is no new bucket', async t => {
-  const app = await build(t, { now: () => 0 }, app => {
-    app.get('/authorize', { config: { pace: { perSecond: 1, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
-  }, { trustProxy: '127.0.0.1' })
+  const app = await behindProxy(t)
   const first = await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': '198.51.100.4:50001' } })
   t.same(first.json(), { key: '198.51.100.4' })
   t.equal((await app.inject({ url: '/authorize', headers: { 'x-forwarded-for': '198.51.100.4:50002' } })).statusCode, 429)
