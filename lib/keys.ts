@@ -118,8 +118,12 @@ export function declaredClientId (authorization: string | undefined, body: unkno
   return subject
 }
 
-/** An address with a port, as some proxies write X-Forwarded-For: `192.0.2.1:51234`, or IPv6 in brackets with or without one. */
-const WITH_PORT = /^(?:(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}|\[([^\]]+)\](?::\d{1,5})?)$/
+/**
+ * An address with a port, as some proxies write X-Forwarded-For: IPv4 (`192.0.2.1:51234`), IPv6 in
+ * brackets with or without one (`[2001:db8::1]:443`), or IPv6 without brackets, as a Node proxy
+ * writes `${remoteAddress}:${remotePort}` (`::ffff:192.0.2.1:51234`).
+ */
+const WITH_PORT = /^(?:(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}|\[([^\]]+)\](?::\d{1,5})?|([0-9A-Fa-f:.]+):\d{1,5})$/
 
 /**
  * The source key of an address: IPv4 as is (IPv4-mapped IPv6 reduced to IPv4), IPv6 reduced to its
@@ -135,8 +139,9 @@ export function sourceKey (address: string, subnetBits: number, maxLength: numbe
   if (isIPv6(address)) return ipv6Key(address, subnetBits)
   const withPort = WITH_PORT.exec(address)
   if (withPort !== null) {
-    const [, ipv4, ipv6] = withPort
+    const [, ipv4, bracketed, bare] = withPort
     if (ipv4 !== undefined && isIPv4(ipv4)) return ipv4
+    const ipv6 = bracketed ?? bare
     if (ipv6 !== undefined && isIPv6(ipv6)) return ipv6Key(ipv6, subnetBits)
   }
   return checkKey(address, 'the source address', maxLength)

@@ -411,7 +411,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     const trustProxy = keysBySource ? trustProxyOf(fastify) : undefined
     if (trustProxy === true) {
       fastify.log.warn('exchangepace: trustProxy is true and a route is paced by source: request.ip is then the leftmost X-Forwarded-For, which the client writes. Trust only your proxies, by their addresses (IPs or CIDRs) or a function.')
-    } else if (typeof trustProxy === 'number') {
+    } else if (typeof trustProxy === 'number' && trustProxy > 0) {
       fastify.log.warn('exchangepace: trustProxy is a hop count and a route is paced by source: Fastify 5.12.1 and later trust no proxy for a hop count, so request.ip is your proxy\'s address and every client behind it shares each source pace (earlier versions let a client that reaches the server directly write its own address). Trust your proxies by their addresses (IPs or CIDRs) or a function.')
     }
     next()

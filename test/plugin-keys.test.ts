@@ -351,7 +351,8 @@ t.test('no warning with trustProxy false, by address or by function, or without 
     [{ trustProxy: '10.0.0.1' }, { perSecond: 2, key: 'source', spend: 'every' }],
     [{ trustProxy: () => false }, { perSecond: 2, key: 'source', spend: 'every' }],
     [{ trustProxy: true }, { perSecond: 2, key: 'client', spend: 'accepted' }],
-    [{ trustProxy: 1 }, { perSecond: 2, key: 'client', spend: 'accepted' }]
+    [{ trustProxy: 1 }, { perSecond: 2, key: 'client', spend: 'accepted' }],
+    [{ trustProxy: 0 }, { perSecond: 2, key: 'source', spend: 'every' }] // no proxy at all
   ]
   for (const [server, pace] of settings) {
     const lines: Array<Record<string, unknown>> = []
