@@ -191,11 +191,16 @@ function writeQuota (reply: FastifyReply, held: readonly Holding[], showPrivate:
  * 400 or 4xx written for its validation errors) must not strip or reject the OAuth error body.
  */
 function sendInvalidRequest (reply: FastifyReply, description: string): void {
-  reply.code(400)
-    .header('cache-control', 'no-store')
-    .header('pragma', 'no-cache')
-    .type('application/json; charset=utf-8')
-    .send(JSON.stringify({ error: 'invalid_request', error_description: description }))
+  sendSerialized(reply.code(400).header('cache-control', 'no-store').header('pragma', 'no-cache'),
+    { error: 'invalid_request', error_description: description })
+}
+
+/**
+ * Sends `body` as JSON serialized here, not by the route: the plugin's own answers (the 400, the
+ * 429) keep their OAuth body whatever response schema or serializer compiler the route has.
+ */
+function sendSerialized (reply: FastifyReply, body: unknown): void {
+  reply.type('application/json; charset=utf-8').send(JSON.stringify(body))
 }
 
 function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOptions, done: (err?: Error) => void): void {
@@ -274,9 +279,9 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     // Source quotas go on every response, this one included: those an earlier hook (onRequest) holds,
     // then the refusing pace's own at zero. beforeSend skips refused tickets.
     writeQuota(reply, (request.pace as PaceTicket<Holding>).held, false, bound)
-    // Serialized here, as the 400 is: the body is the builder's as built, whatever serializer the
-    // route has (a response schema, or a compiler such as a Zod type provider's).
-    reply.type('application/json; charset=utf-8').send(JSON.stringify(buildRefusalBody(request, refusal)))
+    // The body is the builder's as built, whatever serializer the route has (a response schema, or
+    // a compiler such as a Zod type provider's).
+    sendSerialized(reply, buildRefusalBody(request, refusal))
   }
 
   /**
