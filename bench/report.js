@@ -6,7 +6,12 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { BENCH_DIR, PARTS } from './common.js'
 
-const f = (value, digits = 1) => Number.isFinite(value) ? value.toFixed(digits) : String(value)
+/** A number with `digits` decimals; one that rounds to zero is written without a sign. */
+function f (value, digits = 1) {
+  if (!Number.isFinite(value)) return String(value)
+  const text = value.toFixed(digits)
+  return Number(text) === 0 ? (0).toFixed(digits) : text
+}
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
 const spread = (s, digits = 2, how = 'iqr') => how === 'iqr'
@@ -116,7 +121,7 @@ function bucketSection (bucket) {
   const out = ['## 1. Bucket cost', '',
     'Nanoseconds per call, in one process: `Pace#reserve` (plus `Reservation#refund` on a pseudo-random half of the calls) against @fastify/rate-limit\'s `LocalStore#incr` and rate-limiter-flexible\'s `RateLimiterMemory#consume`, over the same key strings visited in the same shuffled order. The three run in interleaved rounds (the order rotates every round, a minor GC before each), each round about 40 ms of calls; the figure is the median round, the ratio the median of the per-round ratios to LocalStore, with the quartiles of those ratios in brackets. Keys are built, flattened and hashed before any contender sees them.',
     '',
-    '- **live keys**: every key holds state for the whole run (N clients that spent within the horizon). exchangepace reads the real clock on every call (`performance.now`, as its default does), scaled by 1e-12 so that no bucket refills during the run: every call finds its row, no call is refused, and a refund never empties a row (it moves the row back by the rule of exact refunds, which reads no clock). The scaling closure counts against exchangepace. LocalStore\'s LRU is sized to hold every key.',
+    '- **live keys**: every key holds state for the whole run (N clients that spent within the horizon). exchangepace reads the real clock on every call (`performance.now`, as its default does), scaled by 1e-12 so that no bucket refills during the run: every call finds its row, no call is refused, and a refund never empties a row (it moves the row back by the rule of exact refunds, which reads no clock). The scaling closure counts against exchangepace. LocalStore\'s LRU is sized to hold every key. Before the rounds, each contender visits every key twice in a row (see the end of this section).',
     '- **strangers**: 1M ids that hold nothing, as in a flood of declared ids: exchangepace (default clock, 10/s) reserves and refunds each one (the wrong-secret path: a row is inserted, then deleted); LocalStore and RLF run at their defaults.',
     '']
   out.push(mdTable(['workload', 'keys', 'exchangepace ns', 'LocalStore ns', 'RLF memory ns', 'exchangepace / LocalStore', 'RLF / LocalStore'], bucket.results.map(r => [
@@ -142,7 +147,8 @@ function bucketSection (bucket) {
     }
     out.push('')
   }
-  out.push('The ratio moves with the machine and with what else runs on it: the pace of 2026-12-03 gave 0.81x at 10k live keys (100.2 against 124.8 ns; quartiles 0.80-0.82) on an Intel Xeon that morning, 0.99x (128.6 against 131.3 ns; 0.98-1.00) on an AMD EPYC at 16:28, where a clock read costs about 40 ns, and 0.84x (113.7 against 135.2 ns) on the same EPYC at 22:17, the first run with the floor.', '')
+  out.push('The ratio moves with the machine and with what else runs on it, and until 2026-12-03 23:54 it also moved with the optimizer. The pace of 2026-12-03 gave 0.81x at 10k live keys (100.2 against 124.8 ns) on an Intel Xeon that morning, then on an AMD EPYC 0.99x (128.6 against 131.3 ns) at 16:28, 0.84x (113.7 against 135.2 ns) at 22:17 and 0.92x (130.2 against 142.2 ns) at 23:41. The live-key workloads then gave every key state with one call each, so V8 first optimized `Pace#reserve` on inserts alone, and in about a third of runs it kept the slot table\'s accessors and the Reservation constructor as calls of their own (frames of their own under `perf`) for the whole run: about 140 ns a call instead of about 112, in a scratch harness that runs copies of the pace side by side. Since then every contender visits each key twice in a row before the rounds, so that the measured path is trained from the first call; in eight runs of the harness (24 copies) none was slow beyond the machine\'s own noise, and the part gave 0.87x, 0.87x and 0.85x (115.6, 119.3 and 118.9 ns) at 23:52-23:53, just before the run above. Visiting the keys in two passes instead still left the slow code in one run of eighteen.', '')
+  out.push('The strangers workload moves with LocalStore: over nine runs on 2026-12-03 (23:41-23:58, before and after the change above, which does not touch it) LocalStore took either 0.79-0.92 µs a call (five runs) or 1.35-1.77 µs (four), while exchangepace took 0.96-1.25 µs, so the ratio read 1.15x-1.26x or 0.69x-0.73x. What decides LocalStore\'s mode was not found: under `perf` every run was slow.', '')
   return out.join('\n')
 }
 
