@@ -46,14 +46,16 @@ export class Reservation {
   readonly retryAfterMs: number
   #pace: Pace | null
   readonly #key: string
+  readonly #slot: number
   readonly #run: number
   readonly #count: number
   readonly #at: number
 
   /** @internal Built by `Pace.reserve` only. */
-  constructor (pace: Pace | null, key: string, run: number, count: number, at: number, granted: boolean, remaining: number, retryAfterMs: number) {
+  constructor (pace: Pace | null, key: string, slot: number, run: number, count: number, at: number, granted: boolean, remaining: number, retryAfterMs: number) {
     this.#pace = pace
     this.#key = key
+    this.#slot = slot
     this.#run = run
     this.#count = count
     this.#at = at
@@ -70,7 +72,7 @@ export class Reservation {
     const pace = this.#pace
     if (pace === null) return
     this.#pace = null
-    pace._giveBack(this.#key, this.#run, this.#count, this.#at)
+    pace._giveBack(this.#key, this.#slot, this.#run, this.#count, this.#at)
   }
 }
 
@@ -81,8 +83,10 @@ export class Reservation {
  *   worth at once and no more. Refill is continuous: after d ms, d * perSecond / 1000 units are back.
  * - A row holds per key the scaled time at which that key's bucket is full again (the GCRA
  *   "theoretical arrival time"; the bucket then holds `perSecond - (row - now) / UNIT` units), and
- *   for refunds: when its run of spending began (the grant that found the bucket full), how many
- *   grants the run has had, and when the latest came.
+ *   for refunds: a stamp for its run of spending (which began with the grant that found the bucket
+ *   full), never given to another run of any key, how many grants the run has had, and when the
+ *   latest came. A reservation keeps the row's slot and stamp, so its refund finds the row without
+ *   looking the key up unless the table has moved it since.
  * - A key without a row has a full bucket, and a full bucket has no row: a row whose time has come
  *   means nothing that a missing row does not, so it may be deleted at any moment. A refund that
  *   leaves the bucket full as of the latest grant deletes its row; the sweep deletes the rows that
@@ -145,23 +149,24 @@ export class Pace {
     const after = (running ? stored : now) + UNIT
     const shortfall = after - now - this.#capacity
     if (shortfall > SLACK) {
-      return new Reservation(null, key, 0, 0, now, false, 0, shortfall / perSecond)
+      return new Reservation(null, key, -1, 0, 0, now, false, 0, shortfall / perSecond)
     }
     const remaining = Math.floor((SLACK - shortfall) / UNIT)
-    if (running) return new Reservation(this, key, table.stamp(slot), table.addCount(slot, after, now), now, true, remaining, 0)
-    if (slot !== -1) table.restart(slot, after, now)
+    if (running) return new Reservation(this, key, slot, table.stamp(slot), table.addCount(slot, after, now), now, true, remaining, 0)
+    let started = slot
+    if (started !== -1) table.restart(started, after, now)
     else {
       // Only an insert grows the table, so only an insert can find it doubled since the last sweep.
       if (table.size >= this.#sweepAtSize) this.#sweep(now)
-      table.insert(key, after, now)
+      started = table.insert(key, after, now)
     }
-    return new Reservation(this, key, now, 1, now, true, remaining, 0)
+    return new Reservation(this, key, started, table.stamp(started), 1, now, true, remaining, 0)
   }
 
   /**
    * @internal Called once per granted reservation by `Reservation.refund`. Requires that the
-   * reservation was granted at scaled time `at` as the `count`th grant of `key`'s run that began
-   * at `run`.
+   * reservation was granted at scaled time `at` as the `count`th grant of `key`'s run stamped
+   * `run`, whose row was then in `slot`.
    *
    * When the bucket has been full since the run began (the row is gone, or began another run),
    * this unit had refilled by then and removing it changes nothing after: nothing is given back.
@@ -179,10 +184,13 @@ export class Pace {
    * A row left at or before the latest grant's time is full: it goes. No clock is read; a row a
    * refund leaves in the past reads as full, and the sweep removes it.
    */
-  _giveBack (key: string, run: number, count: number, at: number): void {
+  _giveBack (key: string, slot: number, run: number, count: number, at: number): void {
     const table = this.#table
-    const slot = table.slot(key)
-    if (slot === -1 || table.stamp(slot) !== run) return
+    if (!table.holds(slot, run)) {
+      // A resize moved the row since the grant, or its run has ended.
+      slot = table.slot(key)
+      if (slot === -1 || table.stamp(slot) !== run) return
+    }
     const full = table.read(slot)
     const last = table.last(slot)
     const later = (table.count(slot) - count) >>> 0

@@ -2,7 +2,9 @@
  * A map from string keys to a small fixed record each, built so that updating a key's record
  * allocates nothing. A record is a number (what `removeAtMost` compares), a stamp set when the
  * record starts, a count, the time of the latest count, and which of the 32 latest counts are
- * marked.
+ * marked. A stamp is never given twice in one table, so a slot and a stamp name one record for
+ * good: a caller may keep them and find the record again without the key, as long as `holds`
+ * says the slot still has it.
  *
  * A `Map<string, number>` holding arbitrary doubles boxes every stored value in a fresh heap number
  * on each `set`, which on the pace's hot path costs about as much as the lookup itself. Here the Map
@@ -15,7 +17,9 @@
  * - every key in `#slotOf` owns exactly one slot, and no two keys share one;
  * - every slot below `#nextUnused` is either owned by a key or on the free list, never both. The
  *   free list is threaded through the numbers themselves: a free slot holds the index of the next
- *   free slot (-1 ends the list), so freeing costs no memory beside the buffer;
+ *   free slot (-1 ends the list), so freeing costs no memory beside the buffer; a free or unused
+ *   slot's stamp is 0, which no record has;
+ * - a record keeps its stamp while it lives, wherever a resize moves it;
  * - the buffer grows by doubling when no slot is free, and `removeAtMost` shrinks it when at most
  *   a quarter is in use, so memory follows the number of live keys in both directions.
  *
@@ -34,6 +38,8 @@ export class SlotTable {
   #ints = new Int32Array(this.#doubles.buffer)
   /** The first slot of the free list, or -1. */
   #freeHead = -1
+  /** The latest stamp given: stamps count up from 1 (exact as doubles for 2^53 records). */
+  #lastStamp = 0
   #nextUnused = 0
 
   /** Number of keys held. */
@@ -67,12 +73,21 @@ export class SlotTable {
     return this.#doubles[(slot << 2) + 1]
   }
 
+  /**
+   * Whether `slot` holds the record stamped `stamp`: the record a caller saw there, not moved by a
+   * resize nor removed since. Any slot number may be asked about.
+   */
+  holds (slot: number, stamp: number): boolean {
+    const at = (slot << 2) + 1
+    return at < this.#doubles.length && this.#doubles[at] === stamp
+  }
+
   /** The slot's count: 1 when its record started, plus one per `addCount`, less one per `uncount`, as an int32 (wrapping). */
   count (slot: number): number {
     return this.#ints[(slot << 3) + 6]
   }
 
-  /** When the latest count happened (as given to `addCount`, or the stamp); `uncount` leaves it. */
+  /** When the latest count happened (as given to `addCount` or `restart`); `uncount` leaves it. */
   last (slot: number): number {
     return this.#doubles[(slot << 2) + 2]
   }
@@ -111,19 +126,19 @@ export class SlotTable {
     return Math.imul((bits + (bits >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24
   }
 
-  /** Starts a live slot's record afresh: `value`, a count of 1 (unmarked), and `stamp` as its stamp and as the time of that count. */
-  restart (slot: number, value: number, stamp: number): void {
+  /** Starts a live slot's record afresh, under a new stamp: `value`, and a count of 1 (unmarked) at time `at`. */
+  restart (slot: number, value: number, at: number): void {
     const record = slot << 2
     const doubles = this.#doubles
     doubles[record] = value
-    doubles[record + 1] = stamp
-    doubles[record + 2] = stamp
+    doubles[record + 1] = ++this.#lastStamp
+    doubles[record + 2] = at
     this.#ints[(record << 1) + 6] = 1
     this.#ints[(record << 1) + 7] = 0
   }
 
-  /** Adds `key` (which must not be present) with the record `restart` starts. */
-  insert (key: string, value: number, stamp: number): void {
+  /** Adds `key` (which must not be present) with the record `restart` starts, and returns its slot. */
+  insert (key: string, value: number, at: number): number {
     let slot = this.#freeHead
     if (slot !== -1) {
       this.#freeHead = this.#doubles[slot << 2] | 0 // an index, kept a small integer for the Map
@@ -131,14 +146,16 @@ export class SlotTable {
       if (this.#nextUnused === this.capacity) this.#resize(this.capacity * 2)
       slot = this.#nextUnused++
     }
-    this.restart(slot, value, stamp)
+    this.restart(slot, value, at)
     this.#slotOf.set(key, slot)
+    return slot
   }
 
   /** Removes `key`, whose slot is `slot`, and puts the slot at the head of the free list. */
   remove (key: string, slot: number): void {
     this.#slotOf.delete(key)
     this.#doubles[slot << 2] = this.#freeHead
+    this.#doubles[(slot << 2) + 1] = 0
     this.#freeHead = slot
   }
 

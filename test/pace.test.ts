@@ -329,6 +329,23 @@ t.test('refund', async t => {
     t.equal(pace.size, 2)
   })
 
+  t.test('a refund finds its row where a shrinking sweep moved it, and touches no other row', async t => {
+    const { pace, clock } = paceAt(10)
+    for (let i = 0; i < 40; i++) pace.reserve(`k${i}`) // t0: rows in slots 0..39 of 64, full again at 100 ms
+    clock.ms = 950
+    const first = pace.reserve('k1') // a new run in slot 1, full again at 1050 ms
+    const third = pace.reserve('k3') // in slot 3, begun at the same instant
+    clock.ms = 1000
+    pace.reserve('x') // the sweep leaves k1 and k3 and shrinks the table: they move to slots 0 and 1
+    t.equal(pace.size, 3)
+    first.refund() // slot 1 now holds k3's row, begun at the same instant as k1's
+    t.equal(pace.size, 2, 'k1 got its unit back: its bucket is full, its row gone')
+    t.equal(pace.reserve('k3').remaining, 8, 'k3 keeps its spend')
+    t.equal(drain(pace, 'k1'), 10)
+    third.refund()
+    t.equal(drain(pace, 'k3'), 9, 'k3 gets its unit back beside the one spent since')
+  })
+
   t.test('a refund after the bucket refilled and was spent again gives nothing back', async t => {
     const { pace, clock } = paceAt(3)
     const old = pace.reserve('k') // t0

@@ -129,16 +129,58 @@ t.test('slots freed in any order are all handed out again, last freed first, bef
 
 t.test('a record holds a stamp, a count and the time of the latest count beside its number', async t => {
   const table = new SlotTable()
-  table.insert('a', 10, 3)
-  const slot = table.slot('a')
-  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [10, 3, 1, 3], 'a new record: count 1 at its stamp')
+  const slot = table.insert('a', 10, 3)
+  t.equal(slot, table.slot('a'), 'insert returns the slot')
+  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [10, 1, 1, 3], 'a new record: the first stamp, count 1 at time 3')
   t.equal(table.addCount(slot, 20, 5), 2)
   t.equal(table.addCount(slot, 30, 7), 3)
-  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [30, 3, 3, 7])
+  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [30, 1, 3, 7], 'counts keep the stamp')
   table.uncount(slot, 25)
   t.same([table.read(slot), table.count(slot), table.last(slot)], [25, 2, 7], 'uncount keeps the time of the latest count')
   table.restart(slot, 40, 9)
-  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [40, 9, 1, 9])
+  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [40, 2, 1, 9], 'a restart takes the next stamp')
+})
+
+t.test('no stamp is given twice, whichever key or slot the record starts in', async t => {
+  const table = new SlotTable()
+  const seen = new Set<number>()
+  const a = table.insert('a', 1, 0)
+  seen.add(table.stamp(a))
+  table.remove('a', a)
+  const b = table.insert('b', 1, 0) // the same slot, from the free list
+  t.equal(b, a)
+  seen.add(table.stamp(b))
+  table.restart(b, 2, 0)
+  seen.add(table.stamp(b))
+  for (let i = 0; i < 40; i++) seen.add(table.stamp(table.insert(`k${i}`, i, 0)))
+  t.equal(seen.size, 43)
+})
+
+t.test('holds: a slot and a stamp name one record until it is removed or moved', async t => {
+  const table = new SlotTable()
+  const slots = Array.from({ length: 20 }, (_, i) => table.insert(`k${i}`, i, 0))
+  const stamps = slots.map(slot => table.stamp(slot))
+  t.ok(table.holds(slots[3], stamps[3]))
+  t.notOk(table.holds(slots[3], stamps[4]), 'another record\'s stamp')
+  t.notOk(table.holds(slots[3], 0), 'no record has stamp 0')
+  table.remove('k3', slots[3])
+  t.notOk(table.holds(slots[3], stamps[3]), 'a removed record is not held')
+  const reused = table.insert('new', 99, 0)
+  t.equal(reused, slots[3], 'its slot is reused')
+  t.notOk(table.holds(reused, stamps[3]), 'by a record with a stamp of its own')
+  t.notOk(table.holds(1 << 20, stamps[5]), 'a slot beyond the buffer holds nothing')
+
+  // Shrink: remove all but two keys; the survivors move to the front.
+  for (let i = 0; i < 20; i++) if (i !== 3 && i !== 15 && i !== 17) table.remove(`k${i}`, table.slot(`k${i}`))
+  table.remove('new', table.slot('new'))
+  table.removeAtMost(-1)
+  t.equal(table.capacity, SlotTable.MIN_SLOTS)
+  for (const i of [15, 17]) {
+    const slot = table.slot(`k${i}`)
+    t.equal(table.stamp(slot), stamps[i], 'a moved record keeps its stamp')
+    t.notOk(table.holds(slots[i], stamps[i]), 'and is not found where it was')
+    t.ok(table.holds(slot, stamps[i]), 'but where it is')
+  }
 })
 
 t.test('marks follow their counts: addCount moves them back, uncount forward, restart clears them', async t => {
@@ -181,7 +223,7 @@ t.test('growing and shrinking move whole records', async t => {
   table.removeAtMost(29) // 10 live of 64: shrunk
   t.equal(table.capacity, 20)
   const slot = table.slot('k35')
-  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [35, 135, 2, 235])
+  t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [35, 36, 2, 235], 'the 36th stamp')
   t.same([table.markedWithin(slot, 1), table.markedWithin(slot, 2)], [0, 1], 'k35 marked the count before its latest')
 })
 
