@@ -86,7 +86,7 @@ export class Reservation {
  *   for refunds: a stamp for its run of spending (which began with the grant that found the bucket
  *   full), never given to another run of any key, how many grants the run has had, and when the
  *   latest came. A reservation keeps the row's slot and stamp, so its refund finds the row without
- *   looking the key up unless the table has moved it since.
+ *   looking the key up, unless the table has moved the row since or the run has ended.
  * - A key without a row has a full bucket, and a full bucket has no row: a row whose time has come
  *   means nothing that a missing row does not, so it may be deleted at any moment. A refund that
  *   leaves the bucket full as of the latest grant deletes its row; the sweep deletes the rows that

@@ -74,8 +74,8 @@ export class SlotTable {
   }
 
   /**
-   * Whether `slot` holds the record stamped `stamp`: the record a caller saw there, not moved by a
-   * resize nor removed since. Any slot number may be asked about.
+   * Whether `slot` holds the record stamped `stamp`, a stamp this table gave: false once the record
+   * is removed or a resize has moved it to another slot. Any slot number may be asked about.
    */
   holds (slot: number, stamp: number): boolean {
     const at = (slot << 2) + 1

@@ -99,6 +99,7 @@ type Operation =
   | { op: 'advance', ms: number }
   | { op: 'reserve', key: number }
   | { op: 'refund', index: number }
+  | { op: 'crowd', keys: number }
 
 const operation: fc.Arbitrary<Operation> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 400 }) }) },
@@ -123,21 +124,25 @@ function replay ({ p, q }: { p: number, q: number }, start: number, operations: 
   const pace = new Pace({ perSecond: p / q, now: () => clock.ms })
   const exact = new ExactBucket(p, q)
   const made: Array<{ key: string, reservation: Reservation, live: boolean, at: number, run: number, count: number, modelAt: number }> = []
+  const reserveBoth = (key: string, where: string): void => {
+    const got = pace.reserve(key)
+    const want = exact.reserve(key)
+    if (got.granted !== want.granted) throw new Error(`${where}, ${key}: granted ${got.granted}, want ${want.granted}`)
+    if (got.remaining !== want.remaining) throw new Error(`${where}, ${key}: remaining ${got.remaining}, want ${want.remaining}`)
+    // |retryAfterMs - waitSteps / p| <= 1e-6, compared without dividing the exact side.
+    const error = Math.abs(got.retryAfterMs * p - Number(want.waitSteps)) / p
+    if (!(error <= 1e-6)) throw new Error(`${where}, ${key}: retryAfterMs ${got.retryAfterMs}, want ${want.waitSteps}/${p}`)
+    made.push({ key, reservation: got, live: got.granted, at: clock.ms, run: want.run, count: want.count, modelAt: want.at })
+  }
   operations.forEach((operation, step) => {
     const where = `rate ${p}/${q}, step ${step}, t = ${clock.ms - start} ms`
     if (operation.op === 'advance') {
       clock.ms += operation.ms
       exact.advance(operation.ms)
     } else if (operation.op === 'reserve') {
-      const key = `k${operation.key}`
-      const got = pace.reserve(key)
-      const want = exact.reserve(key)
-      if (got.granted !== want.granted) throw new Error(`${where}: granted ${got.granted}, want ${want.granted}`)
-      if (got.remaining !== want.remaining) throw new Error(`${where}: remaining ${got.remaining}, want ${want.remaining}`)
-      // |retryAfterMs - waitSteps / p| <= 1e-6, compared without dividing the exact side.
-      const error = Math.abs(got.retryAfterMs * p - Number(want.waitSteps)) / p
-      if (!(error <= 1e-6)) throw new Error(`${where}: retryAfterMs ${got.retryAfterMs}, want ${want.waitSteps}/${p}`)
-      made.push({ key, reservation: got, live: got.granted, at: clock.ms, run: want.run, count: want.count, modelAt: want.at })
+      reserveBoth(`k${operation.key}`, where)
+    } else if (operation.op === 'crowd') {
+      for (let i = 0; i < operation.keys; i++) reserveBoth(`s${step}-${i}`, where)
     } else if (made.length > 0) {
       const chosen = made[operation.index % made.length]
       chosen.reservation.refund()
@@ -180,6 +185,27 @@ t.test('the match holds in runs longer than the 32 grants whose refunds a row re
     fc.integer({ min: 40 * q, max: 80 * q }).map(p => ({ p, q })))
   t.doesNotThrow(() => fc.assert(
     fc.property(fastRate, fc.array(longRunOperation, { minLength: 200, maxLength: 600 }), (r, operations) => {
+      replay(r, 0, operations)
+    }),
+    { seed: 0x5eed, numRuns: 200 }
+  ))
+})
+
+/**
+ * Operations with crowds: many keys at once, each spending one unit, so that the table grows past
+ * its smallest size and the sweeps shrink it again while reservations wait for their refunds. A
+ * refund then finds its row moved, or its slot given to another key.
+ */
+const crowdedOperation: fc.Arbitrary<Operation> = fc.oneof(
+  { weight: 3, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 600 }) }) },
+  { weight: 4, arbitrary: fc.record({ op: fc.constant('reserve' as const), key: fc.integer({ min: 0, max: 2 }) }) },
+  { weight: 4, arbitrary: fc.record({ op: fc.constant('refund' as const), index: fc.nat() }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('crowd' as const), keys: fc.integer({ min: 1, max: 60 }) }) }
+)
+
+t.test('the match holds while crowds of other keys grow and shrink the table under pending refunds', async t => {
+  t.doesNotThrow(() => fc.assert(
+    fc.property(rate, fc.array(crowdedOperation, { minLength: 50, maxLength: 300 }), (r, operations) => {
       replay(r, 0, operations)
     }),
     { seed: 0x5eed, numRuns: 200 }
