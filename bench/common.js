@@ -153,7 +153,12 @@ export function table (header, rows) {
   return [line(cells[0]), widths.map(w => '-'.repeat(w)).join('  '), ...cells.slice(1).map(line)].join('\n')
 }
 
-export const fmt = (value, digits = 1) => Number.isFinite(value) ? value.toFixed(digits) : String(value)
+/** A number with `digits` decimals; one that rounds to zero is written without a sign. */
+export function fmt (value, digits = 1) {
+  if (!Number.isFinite(value)) return String(value)
+  const text = value.toFixed(digits)
+  return Number(text) === 0 ? (0).toFixed(digits) : text
+}
 
 /** `1.03x (0.98-1.07)`: a median ratio and the range it moved in. */
 export function ratioText (s, digits = 2) {

@@ -4,14 +4,8 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { BENCH_DIR, PARTS } from './common.js'
+import { BENCH_DIR, PARTS, fmt as f } from './common.js'
 
-/** A number with `digits` decimals; one that rounds to zero is written without a sign. */
-function f (value, digits = 1) {
-  if (!Number.isFinite(value)) return String(value)
-  const text = value.toFixed(digits)
-  return Number(text) === 0 ? (0).toFixed(digits) : text
-}
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
 const spread = (s, digits = 2, how = 'iqr') => how === 'iqr'
