@@ -142,7 +142,7 @@ export class Pace {
     const table = this.#table
     if (now >= this.#sweepAtTime) this.#sweep(now)
 
-    const slot = table.slot(key)
+    let slot = table.slot(key)
     const stored = slot === -1 ? now : table.read(slot)
     // A row whose time has come is a full bucket: a grant on it begins a new run.
     const running = stored > now
@@ -153,14 +153,13 @@ export class Pace {
     }
     const remaining = Math.floor((SLACK - shortfall) / UNIT)
     if (running) return new Reservation(this, key, slot, table.stamp(slot), table.addCount(slot, after, now), now, true, remaining, 0)
-    let started = slot
-    if (started !== -1) table.restart(started, after, now)
+    if (slot !== -1) table.restart(slot, after, now)
     else {
       // Only an insert grows the table, so only an insert can find it doubled since the last sweep.
       if (table.size >= this.#sweepAtSize) this.#sweep(now)
-      started = table.insert(key, after, now)
+      slot = table.insert(key, after, now)
     }
-    return new Reservation(this, key, started, table.stamp(started), 1, now, true, remaining, 0)
+    return new Reservation(this, key, slot, table.stamp(slot), 1, now, true, remaining, 0)
   }
 
   /**
