@@ -67,6 +67,16 @@ interface BoundPace {
   readonly policyItem: string
   /** `"name";r=` */
   readonly quotaPrefix: string
+  /** `"name";r=0;t=1`: the item of a refusal. */
+  readonly spentItem: string
+  /**
+   * The latest RateLimit item written for a grant, and the units remaining it states. Node checks
+   * every header value with a regular expression, which takes a string built by concatenation
+   * through V8's runtime to flatten it first; an item that is reused is flattened once. It repeats
+   * under steady traffic, where each request finds the bucket refilled and leaves `perSecond - 1`.
+   */
+  grantedItem: string
+  grantedRemaining: number
 }
 
 /**
@@ -166,6 +176,15 @@ function listItem (list: string, item: string): string {
   return list === '' ? item : `${list}, ${item}`
 }
 
+/** The RateLimit item of a grant that left `remaining` units: the latest one written when it states as many. */
+function grantedItem (bound: BoundPace, remaining: number): string {
+  if (remaining !== bound.grantedRemaining) {
+    bound.grantedItem = `${bound.quotaPrefix}${remaining};t=1`
+    bound.grantedRemaining = remaining
+  }
+  return bound.grantedItem
+}
+
 /**
  * Writes RateLimit-Policy and RateLimit for the units `held`: source quotas always, the others
  * (which a stranger naming a client must not read) only when `showPrivate`. A source pace that
@@ -177,11 +196,11 @@ function writeQuota (reply: FastifyReply, held: readonly Holding[], showPrivate:
   for (const { bound, reservation } of held) {
     if (!showPrivate && !bound.public) continue
     policy = listItem(policy, bound.policyItem)
-    quota = listItem(quota, `${bound.quotaPrefix}${reservation.remaining};t=1`)
+    quota = listItem(quota, grantedItem(bound, reservation.remaining))
   }
   if (refusedBy !== null && refusedBy.public) {
     policy = listItem(policy, refusedBy.policyItem)
-    quota = listItem(quota, `${refusedBy.quotaPrefix}0;t=1`)
+    quota = listItem(quota, refusedBy.spentItem)
   }
   if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
 }
@@ -247,14 +266,18 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
         return checkKey(value, what, maxKeyLength)
       }
     }
+    const name = sfString(rule.name)
     return {
       rule,
       pace,
       shared: sharedPace(rule, pace, route),
       readKey,
       public: key === 'source',
-      policyItem: `${sfString(rule.name)};${quotaPolicy(rule.perSecond)}`,
-      quotaPrefix: `${sfString(rule.name)};r=`
+      policyItem: `${name};${quotaPolicy(rule.perSecond)}`,
+      quotaPrefix: `${name};r=`,
+      spentItem: `${name};r=0;t=1`,
+      grantedItem: '',
+      grantedRemaining: -1
     }
   }
 
