@@ -45,7 +45,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     }
     for (const r of live) {
       t.equal(r.rowsAfter, r.keys, 'every live key keeps its row')
-      for (const name of ['clock + lookup', 'clock + lookup + object']) {
+      for (const name of ['clock + lookup', 'clock + lookup + object', 'clock + lookup + slot + object']) {
         t.ok(r.nsPerOp[name].median > 0 && r.ratioToLocalStore[name].median > 0, `${r.keys} live keys: the floor ${name}`)
       }
     }
