@@ -70,10 +70,12 @@ interface BoundPace {
   /** `"name";r=0;t=1`: the item of a refusal. */
   readonly spentItem: string
   /**
-   * The latest RateLimit item written for a grant, and the units remaining it states. Node checks
-   * every header value with a regular expression, which takes a string built by concatenation
-   * through V8's runtime to flatten it first; an item that is reused is flattened once. It repeats
-   * under steady traffic, where each request finds the bucket refilled and leaves `perSecond - 1`.
+   * The latest RateLimit item written for a grant, and the units remaining it states (NaN before
+   * the first). Node checks every header value with a regular expression, which takes a string
+   * built by concatenation through V8's runtime to flatten it first: an item that is reused, as
+   * the whole value of a header that lists one pace, is flattened once. The count repeats under
+   * steady traffic, where each request finds its key's bucket refilled and leaves
+   * `floor(perSecond) - 1`.
    */
   grantedItem: string
   grantedRemaining: number
@@ -277,7 +279,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       quotaPrefix: `${name};r=`,
       spentItem: `${name};r=0;t=1`,
       grantedItem: '',
-      grantedRemaining: -1
+      grantedRemaining: Number.NaN
     }
   }
 
