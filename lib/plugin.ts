@@ -71,14 +71,21 @@ interface BoundPace {
   readonly spentItem: string
   /**
    * The latest RateLimit item written for a grant, and the units remaining it states (NaN before
-   * the first). Node checks every header value with a regular expression, which takes a string
-   * built by concatenation through V8's runtime to flatten it first: an item that is reused, as
-   * the whole value of a header that lists one pace, is flattened once. The count repeats under
-   * steady traffic, where each request finds its key's bucket refilled and leaves
-   * `floor(perSecond) - 1`.
+   * the first): reused while the count repeats, as it does under steady traffic, where each
+   * request finds its key's bucket refilled and leaves `floor(perSecond) - 1`.
    */
   grantedItem: string
   grantedRemaining: number
+  /** The latest RateLimit-Policy and RateLimit lists that ended with this pace's item. */
+  readonly policyList: JoinedList
+  readonly quotaList: JoinedList
+}
+
+/** A list (RFC 8941) held as text, the item appended to it, and the list that made. */
+interface JoinedList {
+  list: string
+  item: string
+  joined: string
 }
 
 /**
@@ -173,9 +180,20 @@ function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
   }
 }
 
-/** Appends `item` to a structured-field list (RFC 8941) held as text. */
-function listItem (list: string, item: string): string {
-  return list === '' ? item : `${list}, ${item}`
+// The quota headers' values are reused rather than rebuilt whenever they come out the same: Node
+// checks every header value with a regular expression, which takes a string built by
+// concatenation through V8's runtime to flatten it first, on every response. A value that is
+// reused is flattened once.
+
+/** Appends `item` to a structured-field list held as text: the list `last` holds when it was made of the same two. */
+function listItem (list: string, item: string, last: JoinedList): string {
+  if (list === '') return item
+  if (list !== last.list || item !== last.item) {
+    last.list = list
+    last.item = item
+    last.joined = `${list}, ${item}`
+  }
+  return last.joined
 }
 
 /** The RateLimit item of a grant that left `remaining` units: the latest one written when it states as many. */
@@ -197,12 +215,12 @@ function writeQuota (reply: FastifyReply, held: readonly Holding[], showPrivate:
   let quota = ''
   for (const { bound, reservation } of held) {
     if (!showPrivate && !bound.public) continue
-    policy = listItem(policy, bound.policyItem)
-    quota = listItem(quota, grantedItem(bound, reservation.remaining))
+    policy = listItem(policy, bound.policyItem, bound.policyList)
+    quota = listItem(quota, grantedItem(bound, reservation.remaining), bound.quotaList)
   }
   if (refusedBy !== null && refusedBy.public) {
-    policy = listItem(policy, refusedBy.policyItem)
-    quota = listItem(quota, refusedBy.spentItem)
+    policy = listItem(policy, refusedBy.policyItem, refusedBy.policyList)
+    quota = listItem(quota, refusedBy.spentItem, refusedBy.quotaList)
   }
   if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
 }
@@ -279,7 +297,9 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       quotaPrefix: `${name};r=`,
       spentItem: `${name};r=0;t=1`,
       grantedItem: '',
-      grantedRemaining: Number.NaN
+      grantedRemaining: Number.NaN,
+      policyList: { list: '', item: '', joined: '' },
+      quotaList: { list: '', item: '', joined: '' }
     }
   }
 

@@ -73,6 +73,26 @@ t.test('several paces are listed in the order they reserved: source (onRequest),
   t.equal(response.headers.ratelimit, '"/token#source";r=49;t=1, "/token#client";r=9;t=1')
 })
 
+t.test('a list of several quotas follows every change, and comes out the same when nothing changed', async t => {
+  const { app, clock } = await tokenApp(t, [CLIENT, SOURCE])
+  const both = (source: number, client: number) => `"/token#source";r=${source};t=1, "/token#client";r=${client};t=1`
+  // Row per step: [time ms, client id, RateLimit]
+  const grid: Array<[number, string, string]> = [
+    [0, 'c', both(49, 9)],
+    [1000, 'c', both(49, 9)], // both buckets full again: the same list
+    [1000, 'c', both(48, 8)],
+    [1000, 'd', both(47, 9)], // another client: its own quota after the shared source's
+    [1000, 'd', both(46, 8)],
+    [2000, 'c', both(49, 9)]
+  ]
+  for (const [time, client, quota] of grid) {
+    clock.t = time
+    const response = await post(app, ['client_id', client])
+    t.equal(response.headers['ratelimit-policy'], '"/token#source";q=50;w=1, "/token#client";q=10;w=1', `t=${time} ${client}`)
+    t.equal(response.headers.ratelimit, quota, `t=${time} ${client}`)
+  }
+})
+
 t.test('a rejected outcome hides the client quota and shows the source quota', async t => {
   const { app } = await tokenApp(t, [CLIENT, SOURCE])
   const response = await post(app, ['client_id', 'c'], ['reject', 'yes'])
