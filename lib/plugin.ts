@@ -145,8 +145,14 @@ function quotaPolicy (perSecond: number): string {
 }
 
 /** What a key function returned instead of a key, for the error that says so. */
+function isThenable (value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function'
+}
+
+function ignoreRejection (): void {}
+
 function notAKey (value: unknown): string {
-  if (typeof (value as { then?: unknown } | null)?.then === 'function') return 'a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'
+  if (isThenable(value)) return 'a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'
   if (value === null) return 'null'
   return typeof value === 'object' ? 'an object' : `a ${typeof value}`
 }
@@ -282,7 +288,12 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
         const value = key(request)
         if (value === undefined) return undefined
         // What the function returns is the server's doing, not the client's: a 500, not a 400.
-        if (typeof value !== 'string') throw new TypeError(`exchangepace: route ${route}: the key function of pace ${JSON.stringify(rule.name)} returned ${notAKey(value)}; it must return a string or undefined`)
+        if (typeof value !== 'string') {
+          // A Promise left behind would end the process if it rejected: Node treats an unhandled
+          // rejection as an uncaught exception. The 500 below already reports the mistake.
+          if (isThenable(value)) value.then(undefined, ignoreRejection)
+          throw new TypeError(`exchangepace: route ${route}: the key function of pace ${JSON.stringify(rule.name)} returned ${notAKey(value)}; it must return a string or undefined`)
+        }
         return checkKey(value, what, maxKeyLength)
       }
     }

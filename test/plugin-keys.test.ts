@@ -196,6 +196,7 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
     if (tenant === 'null') return null as unknown as string
     if (tenant === 'object') return { tenant: 'acme' } as unknown as string
     if (tenant === 'promise') return Promise.resolve('acme') as unknown as string
+    if (tenant === 'rejected') return Promise.reject(new InvalidRequest('x-tenant is unknown')) as unknown as string
     return tenant as string | undefined
   }
   const lines: Array<Record<string, unknown>> = []
@@ -221,10 +222,15 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
     ['null', 500, undefined],
     ['object', 500, undefined],
     ['promise', 500, undefined],
+    ['rejected', 500, undefined],
     ['a'.repeat(11), 400, { error: 'invalid_request', error_description: 'the key of pace "tenant" is longer than 10 characters' }],
     ['invalid', 400, { error: 'invalid_request', error_description: 'x-tenant is unknown' }],
     ['throw', 500, undefined]
   ]
+  const unhandled: unknown[] = []
+  const onUnhandled = (reason: unknown): void => { unhandled.push(reason) }
+  process.on('unhandledRejection', onUnhandled)
+  t.teardown(() => { process.off('unhandledRejection', onUnhandled) })
   for (const [tenant, status, body] of cases) {
     const response = await post(tenant)
     t.equal(response.statusCode, status, tenant)
@@ -237,8 +243,11 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
     returned('null'),
     returned('an object'),
     returned('a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'),
+    returned('a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'),
     'key store down'
   ], 'a value that is no key is logged as the server\'s error, naming the route and the pace')
+  await new Promise(resolve => setImmediate(resolve))
+  t.same(unhandled, [], 'a Promise that rejects after the 500 is not left unhandled (Node would end the process)')
   t.equal(app.pace.get('client')!.size, 0, 'each failure gave the client unit back')
   t.equal(app.pace.get('tenant')!.size, 0)
   const none = await post()
