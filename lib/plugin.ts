@@ -285,7 +285,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     } else if (typeof key === 'function') {
       const what = `the key of pace ${JSON.stringify(rule.name)}`
       readKey = (request) => {
-        const value = key(request)
+        const value: unknown = key(request)
         if (value === undefined) return undefined
         // What the function returns is the server's doing, not the client's: a 500, not a 400.
         if (typeof value !== 'string') {
@@ -373,9 +373,10 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
         const held = key
         bound.shared.reserve(key).then(reservation => {
           // The request was answered while the store decided (a handler timeout): its ticket was
-          // settled without this unit, and nothing would ever settle it.
+          // settled without this unit, which is settled now by the same rule. A refusal changes
+          // nothing: the answer is already on its way.
           if (ticket.settled) {
-            reservation.refund()
+            if (reservation.granted) ticket._holdLate({ name: bound.rule.name, key: held, spend: bound.rule.spend, reservation, bound })
             return
           }
           // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an

@@ -74,6 +74,17 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
     if (this.#outcome === 'rejected') this.#refundAccepted()
   }
 
+  /**
+   * @internal A unit granted after settlement (a shared store answered after the request was, as on
+   * a handler timeout) is held and settled by the same rule: refunded at once if it is spent
+   * `'accepted'` and the exchange was rejected, and otherwise kept, unless the outcome becomes
+   * `'rejected'` later.
+   */
+  _holdLate (held: Held): void {
+    this.held.push(held)
+    if (this.#refunded && held.spend === 'accepted') held.reservation.refund()
+  }
+
   /** Refunds every reservation spent `'accepted'`, once. */
   #refundAccepted (): void {
     if (this.#refunded) return

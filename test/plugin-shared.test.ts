@@ -1,5 +1,5 @@
 import t from 'tap'
-import type { FastifyReply } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Pace, PaceStore } from '../lib/index.js'
 import { build, form, sharedBehaviour } from './shared-behaviour.js'
 
@@ -55,37 +55,78 @@ t.test('a store whose reserve rejects: the request fails with 500 and what it to
   t.equal(app.pace.get('working')!.size, 0, 'the unit the first pace took was refunded, as for a key that throws')
 })
 
-t.test('a grant that comes after the request was answered (as by a handler timeout) is given back, and the handler does not run', async t => {
-  const answers: Array<() => void> = []
-  const replies: FastifyReply[] = []
-  const slow: PaceStore = {
-    scope: 'shared by all replicas',
-    outage: 'it holds per replica',
-    pace: (_name: string, _perSecond: number, local: Pace) => ({
-      reserve: (key: string) => new Promise(resolve => {
-        answers.push(() => resolve(local.reserve(key)))
-        // While the store decides, the request is answered elsewhere, as Fastify's handlerTimeout does.
-        queueMicrotask(() => { replies[0].code(503).send({ error: 'temporarily_unavailable' }) })
+t.test('a unit the store grants after the request was answered (as by a handler timeout) is settled as the ticket was, and the handler does not run', async t => {
+  /** A route whose store answers when the test says, after the request has been answered 503. */
+  async function answeredFirst (tt: typeof t, spend: 'accepted' | 'every', perSecond = 1) {
+    const answers: Array<() => void> = []
+    const requests: FastifyRequest[] = []
+    const slow: PaceStore = {
+      scope: 'shared by all replicas',
+      outage: 'it holds per replica',
+      pace: (_name: string, _perSecond: number, local: Pace) => ({
+        reserve: (key: string) => new Promise(resolve => {
+          answers.push(() => resolve(local.reserve(key)))
+          // While the store decides, the request is answered elsewhere, as Fastify's handlerTimeout does.
+          queueMicrotask(() => { replies[replies.length - 1].code(503).send({ error: 'temporarily_unavailable' }) })
+        })
+      })
+    }
+    const replies: FastifyReply[] = []
+    let ran = 0
+    const app = await build(tt, { now: () => 0, store: slow }, app => {
+      app.post('/token', {
+        config: { pace: { perSecond, key: 'client', spend } },
+        onRequest: (request, reply, done) => { requests.push(request); replies.push(reply); done() }
+      }, async () => {
+        ran++
+        return { ok: true }
       })
     })
+    const post = async () => {
+      const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'victim']) })
+      tt.equal(response.statusCode, 503)
+      return requests[requests.length - 1].pace!
+    }
+    const answer = async () => {
+      answers[answers.length - 1]()
+      await new Promise(resolve => setImmediate(resolve))
+    }
+    return { size: () => app.pace.get('/token')!.size, post, answer, ran: () => ran }
   }
-  let ran = 0
-  const app = await build(t, { now: () => 0, store: slow }, app => {
-    app.post('/token', {
-      config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } },
-      onRequest: (_request, reply, done) => { replies.push(reply); done() }
-    }, async () => {
-      ran++
-      return { ok: true }
-    })
+
+  t.test('spent \'accepted\': kept while the outcome is accepted, refunded once it is rejected, before or after', async t => {
+    const route = await answeredFirst(t, 'accepted')
+    const kept = await route.post()
+    await route.answer()
+    t.equal(route.size(), 1, 'kept: the 503 settled with outcome accepted')
+    t.same(kept.held.map(held => [held.key, held.spend]), [['victim', 'accepted']], 'held by the ticket')
+    kept.outcome = 'rejected'
+    t.equal(route.size(), 0, 'refunded when the outcome became rejected')
+    const rejectedFirst = await route.post()
+    rejectedFirst.outcome = 'rejected'
+    await route.answer()
+    t.equal(route.size(), 0, 'refunded at once: the exchange had been flagged rejected before the store answered')
+    t.equal(route.ran(), 0)
   })
-  const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'victim']) })
-  t.equal(response.statusCode, 503)
-  t.equal(answers.length, 1)
-  answers[0]()
-  await new Promise(resolve => setImmediate(resolve))
-  t.equal(app.pace.get('/token')!.size, 0, 'the unit was given back: the bucket is full')
-  t.equal(ran, 0)
+
+  t.test('spent \'every\': kept, whatever the outcome', async t => {
+    const route = await answeredFirst(t, 'every')
+    const ticket = await route.post()
+    ticket.outcome = 'rejected'
+    await route.answer()
+    t.equal(route.size(), 1, 'never refunded')
+    t.equal(route.ran(), 0)
+  })
+
+  t.test('a refusal that comes late holds nothing', async t => {
+    const route = await answeredFirst(t, 'accepted', 1)
+    await route.post()
+    await route.answer()
+    const refused = await route.post()
+    await route.answer()
+    t.same(refused.held, [], 'nothing held')
+    t.equal(route.size(), 1, 'the first unit stays spent; the refusal took nothing')
+  })
 })
 
 t.test('an errorResponseBuilder that throws fails the request through Fastify\'s error handler on either path, and the process goes on', async t => {
