@@ -25,8 +25,7 @@ const IS_ROW = `row and #row == 45 and string.byte(row) == ${ROW_FORMAT}`
  * The pace in Redis, with the in-process Pace's semantics. A key holds one row of 45 bytes,
  * `struct.pack(ROW, 2, full, run, count, last, marks, rate)`: a format byte (2), the Redis TIME at
  * which the bucket is full again, and for refunds (as in `Pace`) when the run of spending began,
- * the grants counted in it (plus a half while the latest grant made is uncounted: see REFUND),
- * when the latest came, which of the 32 latest were refunded (bit i: the
+ * the grants counted in it, when the latest came, which of the 32 latest were refunded (bit i: the
  * grant i before the latest), and the rate whose microticks (below) its times are counted in. No
  * key means a full bucket, and every write sets the key to expire at the moment it is full again
  * (PX), so Redis holds only the keys that spent within the last second. Each operation is one
@@ -90,7 +89,7 @@ if ${IS_ROW} then
   if spent > 0 and spent <= wrap / 2 then
     after = spent + 1000000
     run = since
-    count = math.floor(grants) + 1
+    count = grants + 1
     marks = refunded * 2 % 4294967296
   end
 end
@@ -113,14 +112,7 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
  * it stops reading them exactly). A grant already refunded (uncounted as the latest, or marked)
  * gives nothing again: ioredis resends a command whose answer a lost connection kept from it, and
  * Redis may have run it already. The marks move down one when the latest grant is uncounted, so
- * the latest grant's own mark (bit 0) is set when it was refunded before the grant after it was.
- * An uncounted number is given to the next grant, so the count carries a half while the latest
- * grant made was uncounted and no grant has come since: without the half, the latest counted grant
- * is the one made at `last`, and a refund of that number made at another time (a resend of the
- * uncounted grant's refund, after another replica's grant took its number) gives nothing. With the
- * half, the time of the latest counted grant is no longer in the row, and one case is left: a
- * resend that comes after another grant took the number, a grant after it, and that grant's
- * refund, gives back the grant that took the number (one unit over the rate). A
+ * the latest grant's own mark (bit 0) is set when it was refunded before the grant after it was. A
  * key left at or before the latest grant is full and goes without a reading of the clock (a
  * stranger's rejected exchange); one whose time stays keeps its expiry (only the mark changes);
  * one that moves is written with the expiry its new time calls for.
@@ -132,15 +124,14 @@ local _, full, since, grants, last, marks, written = struct.unpack('${ROW}', row
 if since ~= tonumber(ARGV[2]) or written ~= tonumber(ARGV[1]) then return 0 end
 local span = 4294967296 * ARGV[1]
 local ahead = (full - last) % span
-local counted = math.floor(grants)
 local left
-if counted == tonumber(ARGV[3]) then
-  if marks % 2 == 1 or (counted == grants and last ~= tonumber(ARGV[4])) then return 0 end
+if grants == tonumber(ARGV[3]) then
+  if marks % 2 == 1 then return 0 end
   left = ahead - 1000000
-  grants = counted - 0.5
+  grants = grants - 1
   marks = math.floor(marks / 2)
 else
-  local later = counted - ARGV[3]
+  local later = grants - ARGV[3]
   local bits = bit.tobit(marks)
   if later < 0 or (later < 32 and bit.band(bits, bit.lshift(1, later)) ~= 0) then return 0 end
   if later < 32 then bits = bit.band(bits, bit.lshift(1, later) - 1) end
