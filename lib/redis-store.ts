@@ -111,8 +111,11 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
  * operations take doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where
  * it stops reading them exactly). A grant already refunded (uncounted as the latest, or marked)
  * gives nothing again: ioredis resends a command whose answer a lost connection kept from it, and
- * Redis may have run it already. The marks move down one when the latest grant is uncounted, so
- * the latest grant's own mark (bit 0) is set when it was refunded before the grant after it was. A
+ * Redis may have run it already; not when its number was given again (an uncounted latest grant's
+ * goes to the next grant), nor when 32 grants or more came after it (no mark records it):
+ * docs/stores.md says what such a resend gives. The marks move down one when the latest grant is
+ * uncounted, so the latest grant's own mark (bit 0) is set when it was refunded before the grant
+ * after it was. A
  * key left at or before the latest grant is full and goes without a reading of the clock (a
  * stranger's rejected exchange); one whose time stays keeps its expiry (only the mark changes);
  * one that moves is written with the expiry its new time calls for.
