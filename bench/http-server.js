@@ -5,8 +5,10 @@
 // server answers with its own CPU time (process.cpuUsage: user + system, every thread of the
 // process) and the requests it received in between. The measured route does nothing extra: the
 // counter is a listener on the HTTP server, the same in every kind, and the control messages go
-// over IPC, outside the measured route and outside the measured window.
+// over IPC, outside the measured route and outside the measured window. Part 7 (instructions) also
+// asks how many major garbage collections fell in its counted window ('watch', 'collections').
 
+import { PerformanceObserver, constants } from 'node:perf_hooks'
 import { buildTokenApp } from './apps.js'
 
 const kind = process.argv[2]
@@ -14,6 +16,20 @@ const app = await buildTokenApp(kind)
 let requests = 0
 app.server.on('request', () => { requests++ })
 await app.listen({ host: '127.0.0.1', port: 0 })
+
+let majorCollections = 0
+let majorFrom = Infinity
+let observer = null
+
+function observeMajorCollections () {
+  if (observer !== null) return
+  observer = new PerformanceObserver(list => {
+    for (const entry of list.getEntries()) {
+      if (entry.detail.kind === constants.NODE_PERFORMANCE_GC_MAJOR && entry.startTime >= majorFrom) majorCollections++
+    }
+  })
+  observer.observe({ entryTypes: ['gc'] })
+}
 
 let startCpu = null
 let startRequests = 0
@@ -29,6 +45,15 @@ process.on('message', message => {
     const cpu = process.cpuUsage(startCpu)
     const wallMs = Number(process.hrtime.bigint() - startTime) / 1e6
     process.send({ cmd: 'stopped', cpuMicros: cpu.user + cpu.system, requests: requests - startRequests, wallMs })
+  } else if (message.cmd === 'watch') {
+    // Part 7 only: counts the major collections from here on, which 'collections' reports.
+    observeMajorCollections()
+    majorCollections = 0
+    majorFrom = performance.now()
+    process.send({ cmd: 'watching' })
+  } else if (message.cmd === 'collections') {
+    // The observer hears of a collection after it ends, on a later turn of the loop.
+    setTimeout(() => { process.send({ cmd: 'collections', major: majorCollections }) }, 100)
   } else if (message.cmd === 'exit') {
     app.close().then(() => process.exit(0))
   }

@@ -136,6 +136,8 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     for (const r of instructions.results) {
       t.equal(r.statuses[200], instructions.results[0].requests, `${r.name}: every counted request answered 200`)
       t.ok(r.instructionsPerRequest > 10_000, `${r.name}: instructions per request`)
+      t.equal(r.majorGcs, 0, `${r.name}: no major GC in the window kept`)
+      t.ok(r.attempts >= 1 && r.attempts <= 3, `${r.name}: servers counted`)
     }
     t.equal(instructions.results[0].ratioToBare, 1)
   })
