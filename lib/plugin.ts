@@ -144,13 +144,13 @@ function quotaPolicy (perSecond: number): string {
   return `q=${Math.floor(perSecond)};w=1`
 }
 
-/** What a key function returned instead of a key, for the error that says so. */
 function isThenable (value: unknown): value is PromiseLike<unknown> {
   return typeof (value as { then?: unknown } | null)?.then === 'function'
 }
 
 function ignoreRejection (): void {}
 
+/** What a key function returned instead of a key, for the error that says so. */
 function notAKey (value: unknown): string {
   if (isThenable(value)) return 'a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'
   if (value === null) return 'null'
@@ -209,6 +209,11 @@ function grantedItem (bound: BoundPace, remaining: number): string {
     bound.grantedRemaining = remaining
   }
   return bound.grantedItem
+}
+
+/** The unit `reservation` took from `bound`'s pace under `key`, as a ticket holds it. */
+function holding (bound: BoundPace, key: string, reservation: PaceReservation): Holding {
+  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, bound }
 }
 
 /**
@@ -376,7 +381,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
           // settled without this unit, which is settled now by the same rule. A refusal changes
           // nothing: the answer is already on its way.
           if (ticket.settled) {
-            if (reservation.granted) ticket._holdLate({ name: bound.rule.name, key: held, spend: bound.rule.spend, reservation, bound })
+            if (reservation.granted) ticket._holdLate(holding(bound, held, reservation))
             return
           }
           // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an
@@ -410,7 +415,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       refuse(request, reply, bound, reservation)
       return false
     }
-    ticket.held.push({ name: bound.rule.name, key, spend: bound.rule.spend, reservation, bound })
+    ticket.held.push(holding(bound, key, reservation))
     return true
   }
 

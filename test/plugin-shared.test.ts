@@ -57,7 +57,7 @@ t.test('a store whose reserve rejects: the request fails with 500 and what it to
 
 t.test('a unit the store grants after the request was answered (as by a handler timeout) is settled as the ticket was, and the handler does not run', async t => {
   /** A route whose store answers when the test says, after the request has been answered 503. */
-  async function answeredFirst (tt: typeof t, spend: 'accepted' | 'every', perSecond = 1) {
+  async function answeredFirst (tt: typeof t, spend: 'accepted' | 'every') {
     const answers: Array<() => void> = []
     const requests: FastifyRequest[] = []
     const slow: PaceStore = {
@@ -75,7 +75,7 @@ t.test('a unit the store grants after the request was answered (as by a handler 
     let ran = 0
     const app = await build(tt, { now: () => 0, store: slow }, app => {
       app.post('/token', {
-        config: { pace: { perSecond, key: 'client', spend } },
+        config: { pace: { perSecond: 1, key: 'client', spend } },
         onRequest: (request, reply, done) => { requests.push(request); replies.push(reply); done() }
       }, async () => {
         ran++
@@ -119,7 +119,7 @@ t.test('a unit the store grants after the request was answered (as by a handler 
   })
 
   t.test('a refusal that comes late holds nothing', async t => {
-    const route = await answeredFirst(t, 'accepted', 1)
+    const route = await answeredFirst(t, 'accepted')
     await route.post()
     await route.answer()
     const refused = await route.post()
