@@ -39,15 +39,22 @@ const oauthError = {
   required: ['error']
 }
 
-/** Form-urlencoded decoding of one Basic credential (RFC 6749 section 2.3.1): '+' is a space. */
+/**
+ * Form-urlencoded decoding of one Basic credential (RFC 6749 section 2.3.1): '+' is a space. Null
+ * when a '%' is not followed by two hex digits.
+ */
 function formDecode (value) {
-  return decodeURIComponent(value.replaceAll('+', ' '))
+  try {
+    return decodeURIComponent(value.replaceAll('+', ' '))
+  } catch {
+    return null
+  }
 }
 
 /**
  * The client id and secret of an HTTP Basic header, or undefined without one. exchangepace has
  * already answered 400 to a malformed header on this route, so the base64 and the colon are there
- * and both halves decode.
+ * and the id decodes; the secret it leaves to the handler, and it may not decode (null).
  */
 function basicCredentials (authorization) {
   if (authorization === undefined || !/^basic /i.test(authorization)) return undefined
@@ -90,6 +97,9 @@ function token (request, reply) {
   if (body.client_assertion !== undefined) return rejectClient('this server supports client_secret_basic and client_secret_post only')
   const id = basic?.id ?? body.client_id
   if (id === undefined) return rejectClient('client authentication is required')
+  // Anyone can send a secret that does not decode: it fails authentication like a wrong one, and
+  // gives the unit back to the client it names.
+  if (basic?.secret === null) return rejectClient('client authentication failed')
   const client = CLIENTS.get(id)
   if (!secretMatches(client, basic?.secret ?? body.client_secret ?? '')) return rejectClient('client authentication failed')
 

@@ -36,6 +36,7 @@ t.test('every failure of client authentication is refunded and leaves no row', a
   const { token, clientRows } = await server(t)
   const cases: Array<[string, Record<string, string>, string, number, string]> = [
     ['a wrong Basic secret', { ...form, authorization: basic('reporting', 'guess') }, 'grant_type=client_credentials', 401, 'invalid_client'],
+    ['a Basic secret that does not decode', { ...form, authorization: basic('reporting', '100%') }, 'grant_type=client_credentials', 401, 'invalid_client'],
     ['a wrong posted secret', form, 'grant_type=client_credentials&client_id=reporting&client_secret=guess', 401, 'invalid_client'],
     ['a posted id without a secret', form, 'grant_type=client_credentials&client_id=reporting', 401, 'invalid_client'],
     ['an unknown client', form, 'grant_type=client_credentials&client_id=nobody&client_secret=x', 401, 'invalid_client'],
