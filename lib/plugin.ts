@@ -369,7 +369,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       try {
         key = bound.readKey(request)
       } catch (err) {
-        ticket._refundFrom(first)
+        giveBack(step, ticket, first)
         if (err instanceof InvalidRequest) return sendInvalidRequest(reply, err.message)
         return next(err as Error)
       }
@@ -387,17 +387,17 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
           // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an
           // unhandled rejection: it fails the request as it does on the in-memory path.
           try {
-            if (hold(ticket, first, bound, held, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
+            if (hold(step, ticket, first, bound, held, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
           } catch (err) {
             next(err as Error)
           }
         }, (err: Error) => {
-          ticket._refundFrom(first)
+          giveBack(step, ticket, first)
           next(err)
         })
         return
       }
-      if (!hold(ticket, first, bound, key, bound.pace.reserve(key), request, reply)) return
+      if (!hold(step, ticket, first, bound, key, bound.pace.reserve(key), request, reply)) return
     }
     if (step.commits) {
       writeQuota(reply, ticket.held, false, null)
@@ -406,12 +406,22 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     next()
   }
 
-  /** Keeps a granted unit on the ticket; on a refusal refunds this hook's units and answers 429. */
-  function hold (ticket: PaceTicket<Holding>, first: number, bound: BoundPace, key: string, reservation: PaceReservation,
+  /**
+   * The hook answers the request itself (a refusal, a malformed key, an error): what it took, from
+   * `first` on, goes back. A step that commits is on a route without the plugin's onSend and onError
+   * hooks, so its ticket is settled now or never.
+   */
+  function giveBack (step: ReserveStep, ticket: PaceTicket<Holding>, first: number): void {
+    ticket._refundFrom(first)
+    if (step.commits) ticket._settle()
+  }
+
+  /** Keeps a granted unit on the ticket; on a refusal gives back this hook's units and answers 429. */
+  function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, key: string, reservation: PaceReservation,
     request: FastifyRequest, reply: FastifyReply): boolean {
     if (!reservation.granted) {
-      ticket._refundFrom(first)
       ticket.refused = true
+      giveBack(step, ticket, first)
       refuse(request, reply, bound, reservation)
       return false
     }

@@ -273,8 +273,13 @@ t.test('a handler error keeps the quota headers of an accepted outcome', async t
 
 t.test('a route paced only by source, spend every, writes its quota and commits as it reserves', async t => {
   let settledInHandler: boolean | undefined
+  let answered: unknown
   const app = await build(t, { now: () => 0 }, app => {
-    app.get('/authorize', { config: { pace: { perSecond: 3, key: 'source', spend: 'every' } } }, async (request) => {
+    const onResponse = (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
+      answered = { settled: request.pace!.settled, refused: request.pace!.refused }
+      done()
+    }
+    app.get('/authorize', { onResponse, config: { pace: { perSecond: 3, key: 'source', spend: 'every' } } }, async (request) => {
       settledInHandler = request.pace!.settled
       request.pace!.outcome = 'rejected'
       if ((request.query as Record<string, string>).fail === 'yes') throw new Error('boom')
@@ -292,4 +297,5 @@ t.test('a route paced only by source, spend every, writes its quota and commits 
   const refused = await app.inject('/authorize')
   t.equal(refused.statusCode, 429)
   t.equal(refused.headers.ratelimit, '"/authorize";r=0;t=1')
+  t.same(answered, { settled: true, refused: true }, 'a refusal settles too: the route has no onSend of the plugin\'s to do it later')
 })
