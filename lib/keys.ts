@@ -110,6 +110,8 @@ export function declaredClientId (authorization: string | undefined, body: unkno
   if (Array.isArray(assertion)) throw new InvalidRequest('client_assertion is repeated')
   const type = params.client_assertion_type
   if (Array.isArray(type)) throw new InvalidRequest('client_assertion_type is repeated')
+  // A JSON number, object or null is malformed, as it is for client_id, not another type.
+  if (type !== undefined && typeof type !== 'string') throw new InvalidRequest('client_assertion_type must be a single string')
   if (type !== undefined && type !== '' && type !== JWT_BEARER) return id
   const subject = assertionSubject(assertion)
   if (subject === undefined) return id

@@ -282,6 +282,10 @@ t.test('client_assertion', async t => {
     t.equal(refusalOf(() => declaredClientId(undefined, { client_assertion_type: jwtType, client_assertion: saml }, MAX)), 'client_assertion is not a JWT')
     t.equal(refusalOf(() => declaredClientId(undefined, { client_assertion_type: [jwtType, samlType], client_assertion: jwt({ sub: 'a' }) }, MAX)),
       'client_assertion_type is repeated')
+    for (const type of [1, { type: jwtType }, null, true]) {
+      t.equal(refusalOf(() => declaredClientId(undefined, { client_assertion_type: type, client_assertion: jwt({ sub: 'a' }) }, MAX)),
+        'client_assertion_type must be a single string', JSON.stringify(type))
+    }
   })
 
   t.test('the sub is checked like any other key', async t => {
