@@ -17,7 +17,8 @@ const ROW_FORMAT = 2
  * Lua: whether the key's value `row` (false when there is no key) is a row the scripts wrote: the
  * size of ROW (45 bytes) and the format byte (2). Anything else (an earlier build's row, a foreign
  * value under the prefix) is no row: struct.unpack would fail on it, and a failing script is an
- * outage for the whole store.
+ * outage for the whole store. For the same reason the scripts read `row` with redis.pcall: a key
+ * of another type (a hash) gives an error table, which is no row, where GET would fail the script.
  */
 const IS_ROW = `row and #row == 45 and string.byte(row) == ${ROW_FORMAT}`
 
@@ -69,7 +70,7 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
  * units left and, for the refund, the run, the grant's number in it and its time.
  */
 const RESERVE = `${CLOCK}
-local row = redis.call('GET', KEYS[1])
+local row = redis.pcall('GET', KEYS[1])
 local at = math.floor(now + 0.5) % wrap
 local after = 1000000
 local run = at
@@ -121,7 +122,7 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
  * one that moves is written with the expiry its new time calls for.
  */
 const REFUND = `
-local row = redis.call('GET', KEYS[1])
+local row = redis.pcall('GET', KEYS[1])
 if not (${IS_ROW}) then return 0 end
 local _, full, since, grants, last, marks, written = struct.unpack('${ROW}', row)
 if since ~= tonumber(ARGV[2]) or written ~= tonumber(ARGV[1]) then return 0 end

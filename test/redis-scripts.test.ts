@@ -251,6 +251,23 @@ if (client !== null) {
     await client.del(key)
   })
 
+  t.test('a key of another type under the prefix (a hash, a list) reads as a full bucket too, not as an outage of the store', async t => {
+    const { pace, redisKey } = paceOf('wrongtype', 10)
+    const key = redisKey('c')
+    const { now } = await microticksNow(10)
+    for (const write of [() => client.hset(key, 'x', '1'), () => client.rpush(key, 'x')]) {
+      await client.del(key)
+      await write()
+      t.equal(await refund(key, 10, now, 1, now), 0, 'a refund gives nothing')
+      t.equal(await client.exists(key), 1, 'and leaves it')
+      const reservation = await pace.reserve('c')
+      const [run, count, at] = grantOf(reservation)
+      t.same([reservation.granted, reservation.remaining, count, run], [true, 9, 1, at], 'granted by Redis: a new run, nine units left')
+      t.equal(await client.type(key), 'string', 'replaced by the grant\'s row')
+    }
+    await client.del(key)
+  })
+
   t.test('a stored time more than one bucket ahead (Redis\'s clock stepped back) is rewritten one bucket ahead', async t => {
     const { pace, redisKey } = paceOf('stepped', 10)
     const key = redisKey('c')
