@@ -291,6 +291,20 @@ if (client !== null) {
     await client.del(key)
   })
 
+  t.test('a refund after Redis\'s clock stepped back keeps the key a second at most', async t => {
+    const { redisKey } = paceOf('stepped-refund', 10)
+    const key = redisKey('c')
+    const { now, wrap } = await microticksNow(10)
+    // Three grants whose row is three seconds ahead: the clock stepped back 2.7 s since they came.
+    await client.set(key, rowOf((now + 30 * UNIT) % wrap, now, 3, now, 0), 'PX', 5000)
+    t.equal(await refund(key, 10, now, 3, now), 1, 'the latest grant gives its unit back')
+    const [full] = (await rowAt(key))!
+    t.equal((full - now + wrap) % wrap, 29 * UNIT, 'the row one unit earlier')
+    const ttl = await client.pttl(key)
+    t.ok(ttl > 0 && ttl <= 1000, `no longer than the bucket takes to fill from now: PTTL ${ttl}`)
+    await client.del(key)
+  })
+
   t.test('an answer that came while the event loop was stalled past timeoutMs counts: no outage', async t => {
     const prefix = uniquePrefix('stall')
     const store = new RedisStore({ client, prefix, timeoutMs: 50 })
