@@ -410,12 +410,22 @@ class RedisPace implements SharedPace {
 
   /**
    * Refunds grant number `count` of the run of `redisKey` that began at `run`, made at `at`, in
-   * Redis. Nobody waits for it; a failure only leaves it spent.
+   * Redis. Nobody waits for it; a failure (a rejection, or a client that throws, which `reserve`
+   * survives too) only leaves it spent.
    */
   giveBack (redisKey: string, run: number, count: number, at: number): void {
-    this.#commands.exchangepaceRefund(redisKey, this.#perSecond, run, count, at).catch((err: Error) => {
-      this.#log.debug({ err }, 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills')
-    })
+    let refunding: Promise<number>
+    try {
+      refunding = this.#commands.exchangepaceRefund(redisKey, this.#perSecond, run, count, at)
+    } catch (err) {
+      this.#lost(err as Error)
+      return
+    }
+    refunding.catch((err: Error) => { this.#lost(err) })
+  }
+
+  #lost (err: Error): void {
+    this.#log.debug({ err }, 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills')
   }
 }
 

@@ -34,7 +34,8 @@ class ScriptedClient implements RedisClientLike {
   readonly reserves: Call[] = []
   readonly refunds: string[] = []
   readonly refundedGrants: Array<[run: number, count: number, at: number]> = []
-  refundFails = false
+  /** How refunds fail: their promise rejects, or the call throws (none of ioredis's commands should). */
+  refundFails: false | 'rejects' | 'throws' = false
   /** A client that throws instead of returning a promise (none of ioredis's commands should). */
   reserveThrows = false
 
@@ -50,7 +51,8 @@ class ScriptedClient implements RedisClientLike {
   exchangepaceRefund (key: string, _perSecond: number, run: number, count: number, at: number): Promise<number> {
     this.refunds.push(key)
     this.refundedGrants.push([run, count, at])
-    return this.refundFails ? Promise.reject(new Error('connection lost')) : Promise.resolve(1)
+    if (this.refundFails === 'throws') throw new Error('Connection is closed.')
+    return this.refundFails === 'rejects' ? Promise.reject(new Error('connection lost')) : Promise.resolve(1)
   }
 }
 
@@ -375,14 +377,16 @@ t.test('a late refusal or a late error after the timeout changes nothing', async
   t.same(client.refunds, [])
 })
 
-t.test('a refund that cannot reach Redis is logged at debug level and leaves the unit spent', async t => {
-  const { client, pace, lines } = setup()
-  client.refundFails = true
-  const reserving = pace.reserve('reporting')
-  client.reserves[0].resolve([0, 7000, 3, 7500])
-  ;(await reserving).refund()
-  await sleep(0)
-  t.same(lines, [['debug', 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills']])
+t.test('a refund that cannot reach Redis (its promise rejects, or the call throws) is logged at debug level and leaves the unit spent', async t => {
+  for (const fails of ['rejects', 'throws'] as const) {
+    const { client, pace, lines } = setup()
+    client.refundFails = fails
+    const reserving = pace.reserve('reporting')
+    client.reserves[0].resolve([0, 7000, 3, 7500])
+    ;(await reserving).refund()
+    await sleep(0)
+    t.same(lines, [['debug', 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills']], fails)
+  }
 })
 
 t.test('whenUnavailable "open" grants without pacing; "closed" refuses for retryMs', async t => {
