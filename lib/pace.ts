@@ -7,7 +7,7 @@ export interface PaceOptions {
   /** Units each key may spend per second: a finite number >= 1. The bucket holds one second of it. */
   perSecond: number
   /** Monotonic clock in milliseconds. Default: `performance.now`. */
-  now?: Clock
+  now?: Clock | undefined
 }
 
 /**

@@ -9,18 +9,18 @@ import type { PaceReservation, PaceStore, SharedPace } from './store.js'
 
 export interface ExchangePaceOptions {
   /** Monotonic clock in milliseconds handed to every pace. Default: `performance.now`. */
-  now?: Clock
+  now?: Clock | undefined
   /** Prefix length that groups IPv6 sources into one key: an integer 1..128. Default: 64. */
-  ipv6Subnet?: number
+  ipv6Subnet?: number | undefined
   /** Longest key accepted; a longer declared client id is a 400. An integer >= 1. Default: 255. */
-  maxKeyLength?: number
+  maxKeyLength?: number | undefined
   /** Builds the JSON body of a 429. Default: `{ error: 'temporarily_unavailable', error_description }`. */
-  errorResponseBuilder?: (request: FastifyRequest, refusal: PaceRefusal) => object
+  errorResponseBuilder?: ((request: FastifyRequest, refusal: PaceRefusal) => object) | undefined
   /**
    * Where the paces live. Default: this replica's memory, so each rate holds per replica. A shared
    * store (`RedisStore`) makes each rate hold over all replicas together.
    */
-  store?: PaceStore
+  store?: PaceStore | undefined
 }
 
 /** What `errorResponseBuilder` is told about a refusal. */
@@ -49,7 +49,7 @@ declare module 'fastify' {
   }
   interface FastifyContextConfig {
     /** Paces this route spends from (exchangepace). */
-    pace?: PaceRouteOptions | readonly PaceRouteOptions[]
+    pace?: PaceRouteOptions | readonly PaceRouteOptions[] | undefined
   }
 }
 

@@ -212,16 +212,16 @@ export interface RedisStoreOptions {
    * Every key starts with it, followed by the pace name (with ':' written %3A and '%' written %25),
    * ':' and the key. Default: 'exchangepace:'.
    */
-  prefix?: string
+  prefix?: string | undefined
   /** Longest wait for Redis before a request takes the `whenUnavailable` path, in ms. Default: 50. */
-  timeoutMs?: number
+  timeoutMs?: number | undefined
   /**
    * While Redis fails or is slow: 'fallback' (default) paces in this replica's memory, so the rate
    * holds per replica again; 'open' grants without pacing; 'closed' refuses with 429.
    */
-  whenUnavailable?: RedisUnavailable
+  whenUnavailable?: RedisUnavailable | undefined
   /** While unavailable, how often one request tries Redis again, in ms. Default: 1000. */
-  retryMs?: number
+  retryMs?: number | undefined
 }
 
 /** What route descriptions say of each `whenUnavailable` mode. */

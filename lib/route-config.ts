@@ -27,7 +27,7 @@ export interface PaceRouteOptions {
    * `prefixTrailingSlash`: the prefix), followed by `#client`, `#source` or `#key` when the route
    * declares several paces.
    */
-  name?: string
+  name?: string | undefined
 }
 
 /** A pace of one route, checked and with its defaults filled in. */

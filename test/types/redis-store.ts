@@ -10,6 +10,8 @@ const cluster = new Cluster([{ host: '127.0.0.1', port: 7000 }], { lazyConnect: 
 const options: RedisStoreOptions = { client: redis, prefix: 'pace:', timeoutMs: 25, whenUnavailable: 'fallback', retryMs: 500 }
 const store: PaceStore = new RedisStore(options)
 const onCluster = new RedisStore({ client: cluster, whenUnavailable: 'closed' })
+// An option given as undefined is not set, under exactOptionalPropertyTypes too (this folder's tsconfig).
+void new RedisStore({ client: redis, prefix: undefined, timeoutMs: undefined, whenUnavailable: undefined, retryMs: undefined })
 const scope: string = onCluster.scope
 const down: boolean = onCluster.unavailable
 
