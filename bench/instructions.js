@@ -16,10 +16,12 @@
 // servers and not others, adding about 6,000 instructions per request to exchangepace and 13,000
 // to its Redis store, over 10,000 requests (2026-12-04). So the server reports the major GCs of its
 // window (a PerformanceObserver), and a count whose window held one is made again in a fresh
-// server, up to ATTEMPTS times: the counts leave major GCs out and keep the scavenges. Not when the
-// server's second warm-up (5,000 requests) held one too: its major GCs come too often for a window
-// of 10,000 to miss them (the Redis stores, which allocate more per request, had one in every window
-// of three servers each on 2026-12-04), and another server would only cost minutes. Collecting
+// server, up to ATTEMPTS times: the counts leave major GCs out and keep the scavenges. A retry's
+// window starts right after a major GC: the server is sent requests a thousand at a time, after its
+// warm-up, until it reports one (or twice a window's worth has gone without one). The Redis stores,
+// which allocate more per request, had one in every window of three servers each on 2026-12-04,
+// started wherever the warm-up ended. No retry when the server's second warm-up (5,000 requests)
+// held one too: its major GCs then come too often for a window of 10,000 to miss them. Collecting
 // in full before the window (global.gc) was tried and does not do: the counts that follow it are
 // 35% to 2x higher, bare included, 5,000 requests later.
 //
@@ -105,15 +107,18 @@ function dumpedInstructions (dir, prefix, before) {
 /** Servers counted per kind at most: a count whose window held a major GC is made again. */
 const ATTEMPTS = 3
 
+/** Requests per step while a retry waits for a major GC before its window. */
+const ALIGN_STEP = 1000
+
 /**
  * Instructions per request of one server kind, counted by callgrind in a fresh server until a
  * window holds no major GC, or ATTEMPTS times, or until a server whose second warm-up held one
- * too (the last count is kept, with its major GCs).
+ * too (the last count is kept, with its major GCs). A retry's window starts after a major GC.
  */
 async function count (kind, dir) {
   let result
   for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
-    result = { ...await countOnce(kind, dir, attempt), attempts: attempt }
+    result = { ...await countOnce(kind, dir, attempt, attempt > 1), attempts: attempt }
     if (result.majorGcs === 0) break
     const again = attempt < ATTEMPTS && result.warmupMajorGcs === 0
     const next = again ? 'counting again' : result.warmupMajorGcs > 0 ? `kept: its second warm-up held ${result.warmupMajorGcs} too` : 'kept: the last attempt'
@@ -123,7 +128,12 @@ async function count (kind, dir) {
   return result
 }
 
-async function countOnce (kind, dir, attempt) {
+/**
+ * One server's count. With `afterMajorGc`, the window starts right after the server's next major GC
+ * (requests are sent ALIGN_STEP at a time until it reports one, twice a window's worth at most);
+ * `alignedAfter` is how many that took (null without it).
+ */
+async function countOnce (kind, dir, attempt, afterMajorGc) {
   const out = join(dir, `callgrind.${kind}.${attempt}.out`)
   const child = spawn('valgrind', ['--tool=callgrind', '--smc-check=all', `--callgrind-out-file=${out}`,
     process.execPath, '--single-threaded', join(BENCH_DIR, 'http-server.js'), kind], { stdio: ['ignore', 'ignore', 'ignore', 'ipc'] })
@@ -145,13 +155,22 @@ async function countOnce (kind, dir, attempt) {
     await reply('watch', 'watching')
     await load(ready.port, settings.warmup)
     const { major: warmupMajorGcs } = await reply('collections', 'collections')
+    let alignedAfter = null
+    if (afterMajorGc) {
+      alignedAfter = 0
+      while (alignedAfter < 2 * settings.requests) {
+        await load(ready.port, ALIGN_STEP)
+        alignedAfter += ALIGN_STEP
+        if ((await reply('collections', 'collections')).major > warmupMajorGcs) break
+      }
+    }
     await reply('watch', 'watching')
     execFileSync('callgrind_control', ['-z', String(child.pid)], { stdio: 'ignore' })
     const result = await load(ready.port, settings.requests)
     execFileSync('callgrind_control', ['-d', String(child.pid)], { stdio: 'ignore' })
     const { major } = await reply('collections', 'collections')
     const instructions = dumpedInstructions(dir, `callgrind.${kind}.${attempt}.out.`, new Set())
-    return { kind, name: NAMES[kind], requests: settings.requests, statuses: { 200: result['2xx'], other: result.non2xx }, instructionsPerRequest: instructions / settings.requests, majorGcs: major, warmupMajorGcs }
+    return { kind, name: NAMES[kind], requests: settings.requests, statuses: { 200: result['2xx'], other: result.non2xx }, instructionsPerRequest: instructions / settings.requests, majorGcs: major, warmupMajorGcs, alignedAfter }
   } finally {
     child.kill('SIGKILL')
   }
