@@ -376,7 +376,15 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
       if (key === undefined) continue
       if (bound.shared !== null) {
         const held = key
-        bound.shared.reserve(key).then(reservation => {
+        let answer: Promise<PaceReservation>
+        try {
+          answer = bound.shared.reserve(key)
+        } catch (err) {
+          // A store of one's own that throws instead of rejecting: the same as a rejection.
+          giveBack(step, ticket, first)
+          return next(err as Error)
+        }
+        answer.then(reservation => {
           // The request was answered while the store decided (a handler timeout): its ticket was
           // settled without this unit, which is settled now by the same rule. A refusal changes
           // nothing: the answer is already on its way.

@@ -28,31 +28,53 @@ t.test('a store that answers asynchronously', async t => {
   sharedBehaviour(t, () => ({ now: () => 0, store: asyncStore() }))
 })
 
-t.test('a store whose reserve rejects: the request fails with 500 and what it took is given back', async t => {
-  const failing: PaceStore = {
+t.test('a store whose reserve rejects, or throws: the request fails with 500 and what it took is given back', async t => {
+  const failing = (how: 'rejects' | 'throws'): PaceStore => ({
     scope: 'shared by all replicas',
     outage: 'it holds per replica',
     pace: (name: string, _perSecond: number, local: Pace) => ({
-      reserve: async (key: string) => {
-        if (name === 'broken') throw new Error('store down')
-        return local.reserve(key)
-      }
+      reserve: how === 'rejects'
+        ? async (key: string) => {
+          if (name.startsWith('broken')) throw new Error('store down')
+          return local.reserve(key)
+        }
+        : (key: string) => {
+            if (name.startsWith('broken')) throw new Error('store down')
+            return Promise.resolve(local.reserve(key))
+          }
     })
-  }
-  const app = await build(t, { now: () => 0, store: failing }, app => {
-    app.post('/token', {
-      config: {
-        pace: [
-          { name: 'working', perSecond: 1, key: 'client', spend: 'accepted' },
-          { name: 'broken', perSecond: 1, key: 'client', spend: 'accepted' }
-        ]
-      }
-    }, async () => ({ ok: true }))
   })
-  const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'c']) })
-  t.equal(response.statusCode, 500)
-  t.equal(response.headers.ratelimit, undefined)
-  t.equal(app.pace.get('working')!.size, 0, 'the unit the first pace took was refunded, as for a key that throws')
+  for (const how of ['rejects', 'throws'] as const) {
+    let settled: boolean | undefined
+    const app = await build(t, { now: () => 0, store: failing(how) }, app => {
+      app.post('/token', {
+        config: {
+          pace: [
+            { name: 'working', perSecond: 1, key: 'client', spend: 'accepted' },
+            { name: 'broken', perSecond: 1, key: 'client', spend: 'accepted' }
+          ]
+        }
+      }, async () => ({ ok: true }))
+      // Source paces spent on every request alone: the hook commits, and the route has no onSend of the plugin's.
+      app.get('/authorize', {
+        onResponse: (request: FastifyRequest, _reply: FastifyReply, done: () => void) => { settled = request.pace!.settled; done() },
+        config: {
+          pace: [
+            { name: 'working-source', perSecond: 1, key: 'source', spend: 'every' },
+            { name: 'broken-source', perSecond: 1, key: 'source', spend: 'every' }
+          ]
+        }
+      }, async () => 'ok')
+    })
+    const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'c']) })
+    t.equal(response.statusCode, 500, how)
+    t.equal(response.headers.ratelimit, undefined, how)
+    t.equal(app.pace.get('working')!.size, 0, `${how}: the unit the first pace took was refunded, as for a key that throws`)
+    const authorize = await app.inject('/authorize')
+    t.equal(authorize.statusCode, 500, how)
+    t.equal(app.pace.get('working-source')!.size, 0, `${how}: given back on the route that commits too`)
+    t.equal(settled, true, `${how}: and its ticket settled`)
+  }
 })
 
 t.test('a unit the store grants after the request was answered (as by a handler timeout) is settled as the ticket was, and the handler does not run', async t => {
