@@ -120,8 +120,9 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
  * key left at or before the latest grant is full and goes without a reading of the clock (a
  * stranger's rejected exchange); one whose time stays keeps its expiry (only the mark changes);
  * one that moves is written with the expiry its new time calls for, one second at most: a time
- * more than a bucket ahead means Redis's clock stepped back since the grants, and the key lives
- * no longer than a reserve would let it (which rewrites such a time one bucket ahead).
+ * more than a bucket ahead (by more than the half microtick a grant rounds to, as the reserve
+ * script reads it) means Redis's clock stepped back since the grants, and the key lives no longer
+ * than a reserve would let it (which rewrites such a time one bucket ahead).
  */
 const REFUND = `
 local row = redis.pcall('GET', KEYS[1])
@@ -161,7 +162,7 @@ local spent = (last + left - now) % wrap
 if spent == 0 or spent > wrap / 2 then
   redis.call('DEL', KEYS[1])
 else
-  if spent > 1000000 * rate then spent = 1000000 * rate end
+  if spent > 1000000 * rate + 0.5 then spent = 1000000 * rate end
   redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, (last + left) % wrap, since, grants, last, marks, rate), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
 end
 return 1

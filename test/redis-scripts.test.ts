@@ -191,18 +191,18 @@ if (client !== null) {
   })
 
   t.test('refund marks are counted exactly whichever of the 32 bits are set', async t => {
-    const { redisKey } = paceOf('all-marks', 100)
+    const { redisKey } = paceOf('all-marks', 10)
     const key = redisKey('c')
-    const { now, wrap } = await microticksNow(100)
+    const { now, wrap } = await microticksNow(10)
     const run = (now - 5 * UNIT + wrap) % wrap
     // 40 grants, the latest now; the row 5 units ahead; grants 9 to 16 and 32 refunded (bits 24-31 and 8).
     const row = [(now + 5 * UNIT) % wrap, run, 40, now, 0xff000100] as const
-    await client.set(key, rowOf(...row, 100), 'PX', 5000)
-    t.equal(await refund(key, 100, run, 1, run), 1)
+    await client.set(key, rowOf(...row, 10), 'PX', 5000)
+    t.equal(await refund(key, 10, run, 1, run), 1)
     t.same(await rowAt(key), row, 'the 30 later grants still kept hold the row where it is (beyond 32 back, nothing is marked)')
     // Every bit set but grant 33's own (bit 7).
-    await client.set(key, rowOf((now + 5 * UNIT) % wrap, run, 40, now, 0xffffff7f, 100), 'PX', 5000)
-    t.equal(await refund(key, 100, run, 33, run), 1)
+    await client.set(key, rowOf((now + 5 * UNIT) % wrap, run, 40, now, 0xffffff7f, 10), 'PX', 5000)
+    t.equal(await refund(key, 10, run, 33, run), 1)
     t.same(await rowAt(key), [(now + 4 * UNIT) % wrap, run, 40, now, 0xffffffff], 'all 7 later grants refunded: one unit back, and its own bit set')
     await client.del(key)
   })
@@ -292,17 +292,19 @@ if (client !== null) {
   })
 
   t.test('a refund after Redis\'s clock stepped back keeps the key a second at most', async t => {
-    const { redisKey } = paceOf('stepped-refund', 10)
-    const key = redisKey('c')
-    const { now, wrap } = await microticksNow(10)
-    // Three grants whose row is three seconds ahead: the clock stepped back 2.7 s since they came.
-    await client.set(key, rowOf((now + 30 * UNIT) % wrap, now, 3, now, 0), 'PX', 5000)
-    t.equal(await refund(key, 10, now, 3, now), 1, 'the latest grant gives its unit back')
-    const [full] = (await rowAt(key))!
-    t.equal((full - now + wrap) % wrap, 29 * UNIT, 'the row one unit earlier')
-    const ttl = await client.pttl(key)
-    t.ok(ttl > 0 && ttl <= 1000, `no longer than the bucket takes to fill from now: PTTL ${ttl}`)
-    await client.del(key)
+    for (const rate of [10, 2.5]) {
+      const { redisKey } = paceOf(`stepped-refund-${rate}`, rate)
+      const key = redisKey('c')
+      const { now, wrap } = await microticksNow(rate)
+      // Three grants whose row is 30 units ahead (3 s at 10/s, 12 s at 2.5/s): the clock stepped back since they came.
+      await client.set(key, rowOf((now + 30 * UNIT) % wrap, now, 3, now, 0, rate), 'PX', 20000)
+      t.equal(await refund(key, rate, now, 3, now), 1, `${rate}/s: the latest grant gives its unit back`)
+      const [full] = (await rowAt(key))!
+      t.equal((full - now + wrap) % wrap, 29 * UNIT, `${rate}/s: the row one unit earlier`)
+      const ttl = await client.pttl(key)
+      t.ok(ttl > 0 && ttl <= 1000, `${rate}/s: no longer than the bucket takes to fill from now: PTTL ${ttl}`)
+      await client.del(key)
+    }
   })
 
   t.test('an answer that came while the event loop was stalled past timeoutMs counts: no outage', async t => {
