@@ -20,8 +20,8 @@
 // window starts right after a major GC: the server is sent requests a thousand at a time, after its
 // warm-up, until it reports one (or twice a window's worth has gone without one). The Redis stores,
 // which allocate more per request, had one in every window of three servers each on 2026-12-04,
-// started wherever the warm-up ended. No retry when the server's second warm-up (5,000 requests)
-// held one too: its major GCs then come too often for a window of 10,000 to miss them. Collecting
+// started wherever the warm-up ended; started after a major GC, the second server's held none.
+// Collecting
 // in full before the window (global.gc) was tried and does not do: the counts that follow it are
 // 35% to 2x higher, bare included, 5,000 requests later.
 //
@@ -107,31 +107,30 @@ function dumpedInstructions (dir, prefix, before) {
 /** Servers counted per kind at most: a count whose window held a major GC is made again. */
 const ATTEMPTS = 3
 
-/** Requests per step while a retry waits for a major GC before its window. */
-const ALIGN_STEP = 1000
+/** Requests per step while a retry waits for a major GC before its window (fewer in a short run). */
+const ALIGN_STEP = Math.min(1000, settings.requests)
 
 /**
  * Instructions per request of one server kind, counted by callgrind in a fresh server until a
- * window holds no major GC, or ATTEMPTS times, or until a server whose second warm-up held one
- * too (the last count is kept, with its major GCs). A retry's window starts after a major GC.
+ * window holds no major GC, or ATTEMPTS times (the last count is kept, with its major GCs). A
+ * retry's window starts after a major GC.
  */
 async function count (kind, dir) {
   let result
   for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
     result = { ...await countOnce(kind, dir, attempt, attempt > 1), attempts: attempt }
     if (result.majorGcs === 0) break
-    const again = attempt < ATTEMPTS && result.warmupMajorGcs === 0
-    const next = again ? 'counting again' : result.warmupMajorGcs > 0 ? `kept: its second warm-up held ${result.warmupMajorGcs} too` : 'kept: the last attempt'
+    const next = attempt < ATTEMPTS ? 'counting again, after a major GC' : 'kept: the last attempt'
     log(`  instructions: ${NAMES[kind]}: ${result.majorGcs} major GC in the window (${fmt(result.instructionsPerRequest, 0)} per request), ${next}`)
-    if (!again) break
   }
   return result
 }
 
 /**
  * One server's count. With `afterMajorGc`, the window starts right after the server's next major GC
- * (requests are sent ALIGN_STEP at a time until it reports one, twice a window's worth at most);
- * `alignedAfter` is how many that took (null without it).
+ * (requests are sent ALIGN_STEP at a time until it reports one, twice a window's worth at most):
+ * `alignedAfter` is how many were sent, and `majorGcBeforeWindow` whether one came (both null
+ * without it).
  */
 async function countOnce (kind, dir, attempt, afterMajorGc) {
   const out = join(dir, `callgrind.${kind}.${attempt}.out`)
@@ -152,16 +151,17 @@ async function countOnce (kind, dir, attempt, afterMajorGc) {
       child.on('exit', code => reject(new Error(`instructions: server ${kind} exited (${code})`)))
     })
     await load(ready.port, settings.warmup)
-    await reply('watch', 'watching')
     await load(ready.port, settings.warmup)
-    const { major: warmupMajorGcs } = await reply('collections', 'collections')
     let alignedAfter = null
+    let majorGcBeforeWindow = null
     if (afterMajorGc) {
+      await reply('watch', 'watching')
       alignedAfter = 0
-      while (alignedAfter < 2 * settings.requests) {
+      majorGcBeforeWindow = false
+      while (!majorGcBeforeWindow && alignedAfter < 2 * settings.requests) {
         await load(ready.port, ALIGN_STEP)
         alignedAfter += ALIGN_STEP
-        if ((await reply('collections', 'collections')).major > warmupMajorGcs) break
+        majorGcBeforeWindow = (await reply('collections', 'collections')).major > 0
       }
     }
     await reply('watch', 'watching')
@@ -170,7 +170,7 @@ async function countOnce (kind, dir, attempt, afterMajorGc) {
     execFileSync('callgrind_control', ['-d', String(child.pid)], { stdio: 'ignore' })
     const { major } = await reply('collections', 'collections')
     const instructions = dumpedInstructions(dir, `callgrind.${kind}.${attempt}.out.`, new Set())
-    return { kind, name: NAMES[kind], requests: settings.requests, statuses: { 200: result['2xx'], other: result.non2xx }, instructionsPerRequest: instructions / settings.requests, majorGcs: major, warmupMajorGcs, alignedAfter }
+    return { kind, name: NAMES[kind], requests: settings.requests, statuses: { 200: result['2xx'], other: result.non2xx }, instructionsPerRequest: instructions / settings.requests, majorGcs: major, alignedAfter, majorGcBeforeWindow }
   } finally {
     child.kill('SIGKILL')
   }
