@@ -21,9 +21,8 @@
 // warm-up, until it reports one (or twice a window's worth has gone without one). The Redis stores,
 // which allocate more per request, had one in every window of three servers each on 2026-12-04,
 // started wherever the warm-up ended; started after a major GC, the second server's held none.
-// Collecting
-// in full before the window (global.gc) was tried and does not do: the counts that follow it are
-// 35% to 2x higher, bare included, 5,000 requests later.
+// Collecting in full before the window (global.gc) was tried and does not do: the counts that
+// follow it are 35% to 2x higher, bare included, 5,000 requests later.
 //
 // One server runs at a time: how many requests a server takes from its sockets per turn of its
 // event loop, and so what each request pays for the turn, depends on how fast the load generator

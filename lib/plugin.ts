@@ -380,9 +380,8 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
         try {
           answer = bound.shared.reserve(key)
         } catch (err) {
-          // A store of one's own that throws instead of rejecting: the same as a rejection.
-          giveBack(step, ticket, first)
-          return next(err as Error)
+          // A store of one's own that throws instead of rejecting is taken as rejecting.
+          answer = Promise.reject(err)
         }
         answer.then(reservation => {
           // The request was answered while the store decided (a handler timeout): its ticket was

@@ -106,23 +106,22 @@ return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count,
  * Gives back grant number ARGV[3] of the run that began at ARGV[2], made at ARGV[4], by
  * `Pace._giveBack`'s rule, counted from the latest grant (`ahead`: how far the stored time is past
  * it): nothing once the run is over (no key, a value not in the row's format, or another run) or
- * when the row was written at another rate (its times are counted in other microticks); the
- * run's latest grant gives its unit and uncounts; any other gives what the later grants still kept
- * leave room for, and is marked refunded (the marks are counted byte by byte: LuaBitOp's
- * operations take doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where
- * it stops reading them exactly). A grant already refunded (uncounted as the latest, or marked)
- * gives nothing again: ioredis resends a command whose answer a lost connection kept from it, and
- * Redis may have run it already; not when its number was given again (an uncounted latest grant's
- * goes to the next grant), nor when 32 grants or more came after it (no mark records it):
- * docs/stores.md says what such a resend gives. The marks move down one when the latest grant is
- * uncounted, so the latest grant's own mark (bit 0) is set when it was refunded before the grant
- * after it was. A
- * key left at or before the latest grant is full and goes without a reading of the clock (a
- * stranger's rejected exchange); one whose time stays keeps its expiry (only the mark changes);
- * one that moves is written with the expiry its new time calls for, one second at most: a time
- * more than a bucket ahead (by more than the half microtick a grant rounds to, as the reserve
- * script reads it) means Redis's clock stepped back since the grants, and the key lives no longer
- * than a reserve would let it (which rewrites such a time one bucket ahead).
+ * when the row was written at another rate (its times are counted in other microticks); the run's
+ * latest grant gives its unit and uncounts; any other gives what the later grants still kept leave
+ * room for, and is marked refunded (the marks are counted byte by byte: LuaBitOp's operations take
+ * doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where it stops
+ * reading them exactly). A grant already refunded (uncounted as the latest, or marked) gives
+ * nothing again: ioredis resends a command whose answer a lost connection kept from it, and Redis
+ * may have run it already; not when its number was given again (an uncounted latest grant's goes to
+ * the next grant), nor when 32 grants or more came after it (no mark records it): docs/stores.md
+ * says what such a resend gives. The marks move down one when the latest grant is uncounted, so the
+ * latest grant's own mark (bit 0) is set when it was refunded before the grant after it was. A key
+ * left at or before the latest grant is full and goes without a reading of the clock (a stranger's
+ * rejected exchange); one whose time stays keeps its expiry (only the mark changes); one that moves
+ * is written with the expiry its new time calls for, one second at most: a time more than a bucket
+ * ahead (by more than the half microtick a grant rounds to, as the reserve script reads it) means
+ * Redis's clock stepped back since the grants, and the key lives no longer than a reserve would let
+ * it (which rewrites such a time one bucket ahead).
  */
 const REFUND = `
 local row = redis.pcall('GET', KEYS[1])
