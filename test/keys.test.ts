@@ -49,6 +49,8 @@ t.test('checkKey', async t => {
     t.equal(checkKey('client-1', 'client_id', MAX), 'client-1')
     t.equal(checkKey('x'.repeat(MAX), 'client_id', MAX), 'x'.repeat(MAX), 'exactly maxLength')
     t.equal(checkKey('clïent 名', 'client_id', MAX), 'clïent 名', 'non-ASCII printable characters')
+    // The printable characters on either side of each control range.
+    for (const edge of [' ', '~', '\u00a0']) t.equal(checkKey(`a${edge}b`, 'client_id', MAX), `a${edge}b`, JSON.stringify(edge))
   })
 
   t.test('refuses what a pace must not store, naming the source', async t => {
@@ -61,7 +63,10 @@ t.test('checkKey', async t => {
       ['a\u0000b', 'client_id contains non-printable characters'], // C0
       ['a\nb', 'client_id contains non-printable characters'],
       ['a\u007fb', 'client_id contains non-printable characters'], // DEL
-      ['a\u0085b', 'client_id contains non-printable characters'] // C1
+      ['a\u0085b', 'client_id contains non-printable characters'], // C1
+      ['a\u001fb', 'client_id contains non-printable characters'], // the last of C0
+      ['a\u009fb', 'client_id contains non-printable characters'], // the last of C1
+      ['\u0000', 'client_id contains non-printable characters'] // the first character alone
     ]
     for (const [value, message] of table) {
       t.equal(refusalOf(() => checkKey(value, 'client_id', MAX)), message, JSON.stringify(value))
