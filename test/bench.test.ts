@@ -131,7 +131,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
 
   t.test('instructions: counted under callgrind for bare and exchangepace', async t => {
     const instructions = read(out, 'instructions')
-    t.equal(instructions.skipped, undefined, 'valgrind is on every machine here')
+    t.equal(instructions.skipped, undefined, 'valgrind is installed (.ci/run installs it)')
     t.same(instructions.results.map((r: Json) => r.kind), ['bare', 'exchangepace'])
     for (const r of instructions.results) {
       t.equal(r.statuses[200], instructions.results[0].requests, `${r.name}: every counted request answered 200`)

@@ -43,7 +43,7 @@ if (client !== null) {
 
   t.test('two replicas sharing one Redis admit the declared rate in total, not twice it', async t => {
     const prefix = uniquePrefix('replicas')
-    const stores = [new RedisStore({ client, prefix }), new RedisStore({ client, prefix })]
+    const stores = [new RedisStore({ client, prefix, timeoutMs: 1000 }), new RedisStore({ client, prefix, timeoutMs: 1000 })]
     const replicas = [await tokenServer(stores[0]), await tokenServer(stores[1])]
     t.teardown(() => Promise.all(replicas.map(app => app.close())))
     const responses = await Promise.all(Array.from({ length: 40 }, (_, i) => exchange(replicas[i % 2], 'reporting')))
@@ -54,7 +54,7 @@ if (client !== null) {
 
   t.test('strangers naming a client id with a wrong secret leave it its pace and leave no keys in Redis', async t => {
     const prefix = uniquePrefix('strangers')
-    const app = await tokenServer(new RedisStore({ client, prefix }))
+    const app = await tokenServer(new RedisStore({ client, prefix, timeoutMs: 1000 }))
     t.teardown(() => app.close())
     const strangers = await Promise.all(Array.from({ length: 200 }, () => exchange(app, 'reporting', 'guess')))
     t.ok(strangers.every(r => r.statusCode === 401 || r.statusCode === 429))
@@ -69,7 +69,7 @@ if (client !== null) {
 
   t.test('a key a client spent expires within one second', async t => {
     const prefix = uniquePrefix('expiry')
-    const app = await tokenServer(new RedisStore({ client, prefix }))
+    const app = await tokenServer(new RedisStore({ client, prefix, timeoutMs: 1000 }))
     t.teardown(() => app.close())
     await exchange(app, 'reporting')
     const ttl = await client.pttl(`${prefix}/token:reporting`)
@@ -86,7 +86,7 @@ if (client !== null) {
     const own = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1, retryStrategy: () => 20 })
     t.teardown(() => own.disconnect())
     const logLines: Array<Record<string, unknown>> = []
-    const store = new RedisStore({ client: own, timeoutMs: 50, retryMs: 50 })
+    const store = new RedisStore({ client: own, timeoutMs: 1000, retryMs: 50 })
     const app = await tokenServer(store, logLines)
     t.teardown(() => app.close())
 
@@ -106,7 +106,7 @@ if (client !== null) {
     t.match(warnings[0].msg, /Redis store unavailable .*pacing per replica in memory/)
 
     server = await startRedisServer(port)
-    for (let i = 0; i < 100 && own.status !== 'ready'; i++) await sleep(20)
+    if (own.status !== 'ready') await once(own, 'ready')
     await sleep(60)
     t.equal((await exchange(app, 'back')).statusCode, 200)
     t.notOk(store.unavailable, 'Redis answered: the store is shared again')
@@ -120,7 +120,7 @@ if (client !== null) {
     t.teardown(() => { server.kill('SIGKILL') })
     const own = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1, retryStrategy: () => 20 })
     t.teardown(() => own.disconnect())
-    const store = new RedisStore({ client: own, timeoutMs: 50, retryMs: 50 })
+    const store = new RedisStore({ client: own, timeoutMs: 1000, retryMs: 50 })
     const app = await tokenServer(store)
     t.teardown(() => app.close())
     const local = app.pace.get('/token')!
@@ -133,7 +133,7 @@ if (client !== null) {
     t.equal(local.size, 1)
 
     server = await startRedisServer(port)
-    for (let i = 0; i < 100 && own.status !== 'ready'; i++) await sleep(20)
+    if (own.status !== 'ready') await once(own, 'ready')
     held.refund()
     await own.ping() // answered after any command the refund sent
     t.equal(local.size, 0, 'refunded in memory')

@@ -67,7 +67,7 @@ function recordingLog (): { log: FastifyBaseLogger, lines: Array<[string, string
 
 function setup (options: Partial<ConstructorParameters<typeof RedisStore>[0]> = {}) {
   const client = new ScriptedClient()
-  const store = new RedisStore({ client, timeoutMs: 20, retryMs: 30, ...options })
+  const store = new RedisStore({ client, timeoutMs: 20, retryMs: 200, ...options })
   let now = 0
   const local = new Pace({ perSecond: 2, now: () => now })
   const { log, lines } = recordingLog()
@@ -176,14 +176,14 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
   t.equal(local.size, 0, 'a fallback unit is refunded in memory')
   t.same(client.refunds, [], 'and never touches Redis')
 
-  await sleep(40)
+  await sleep(250)
   const probe = pace.reserve('reporting')
   t.equal(client.reserves.length, 2, 'after retryMs one request tries Redis again')
   client.reserves[1].reject(new Error('ECONNREFUSED'))
   await probe
   t.equal(lines.length, 1, 'still the same outage: no second warning')
 
-  await sleep(40)
+  await sleep(250)
   const back = pace.reserve('reporting')
   client.reserves[2].resolve([1, 7000, 3, 7500])
   t.ok((await back).granted)
@@ -204,7 +204,7 @@ t.test('an answer to a reservation sent before the outage began does not end it:
   t.equal(lines.length, 1, 'one warning, no info')
   await pace.reserve('c')
   t.equal(client.reserves.length, 2, 'within retryMs nobody waits for Redis')
-  await sleep(40)
+  await sleep(250)
   const probe = pace.reserve('c')
   client.reserves[2].resolve([1, 7100, 1, 7100])
   await probe
@@ -220,7 +220,7 @@ t.test('a client that throws as it is called is a failing Redis too: the request
   t.equal(local.size, 1, 'the unit came from this replica\'s memory')
   t.ok(store.unavailable)
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (Connection is closed.); pacing per replica in memory until it answers again']])
-  await sleep(40)
+  await sleep(250)
   t.ok(local.reserve('reporting').granted, 'no timeout came later to take the second of the key\'s two units')
   t.equal(lines.length, 1)
 })
