@@ -108,16 +108,17 @@ function redisClient (app) {
 
 /**
  * A Fastify instance serving the token routes for `kind`. `now` is exchangepace's clock (tests of
- * fidelity inject one); @fastify/rate-limit reads Date.now, which the caller may replace.
+ * fidelity inject one); @fastify/rate-limit reads Date.now, which the caller may replace, and
+ * `rateLimitStore`, when given, is the store class @fastify/rate-limit builds (its `store` option).
  * `verifying(body)`, when given, is awaited by the handler before it checks the secret: the time
  * client authentication takes, which a simulation decides.
  */
-export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond = 1, now, logger = false, verifying } = {}) {
+export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond = 1, now, logger = false, verifying, rateLimitStore } = {}) {
   if (!KINDS.includes(kind)) throw new TypeError(`bench: kind must be one of ${KINDS.join(', ')}, got ${kind}`)
   const app = Fastify({ logger })
   await app.register(formbody)
   if (kind === 'exchangepace') await app.register(exchangePace, now === undefined ? {} : { now })
-  if (kind === 'ratelimit') await app.register(rateLimit, { global: false })
+  if (kind === 'ratelimit') await app.register(rateLimit, rateLimitStore === undefined ? { global: false } : { global: false, store: rateLimitStore })
   if (kind === 'exchangepace-redis') await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:' }) })
   if (kind === 'ratelimit-redis') await app.register(rateLimit, { global: false, redis: redisClient(app), nameSpace: 'bench:ratelimit:' })
 

@@ -24,6 +24,7 @@
 // `baselineOf` names that path.
 
 import { execFileSync, spawn } from 'node:child_process'
+import { availableParallelism } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { FORM } from './apps.js'
@@ -34,10 +35,21 @@ export const LOAD = {
   paired: { connections: 10, pipelining: 8 }
 }
 
+/** Lets every thread of process `pid` run on every core (without taskset nothing was pinned). */
+function unpin (pid) {
+  try {
+    execFileSync('taskset', ['-a', '-p', '-c', `0-${availableParallelism() - 1}`, String(pid)], { stdio: 'ignore' })
+  } catch {
+    // No taskset: nothing was pinned either.
+  }
+}
+
 /**
  * Starts a server of `kind` (bench/http-server.js) and resolves with a handle once it listens. It
- * starts unpinned (so that several servers start in parallel) and is then pinned, every thread, to
- * core 0 when `pinned`. `label` names the part in errors.
+ * starts with this process's affinity (so that several servers start in parallel) and is then
+ * pinned, every thread, to core 0 when `pinned`, and otherwise given every core: a child inherits
+ * the affinity of its parent, which may have pinned itself to core 1 to generate load. `label`
+ * names the part in errors.
  */
 export function startServer (kind, pinned, label) {
   const child = spawn(process.execPath, [join(BENCH_DIR, 'http-server.js'), kind], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
@@ -59,6 +71,7 @@ export function startServer (kind, pinned, label) {
   }
   return receive().then(ready => {
     if (pinned) execFileSync('taskset', ['-a', '-p', '-c', '0', String(ready.pid)], { stdio: 'ignore' })
+    else unpin(ready.pid)
     return {
       kind,
       port: ready.port,
@@ -189,8 +202,10 @@ export async function measureHttp ({ label, groups, settings, smoke }) {
       runs.paired[group] = []
     }
     for (let rep = 0; rep < settings.repetitions; rep++) {
-      const servers = Object.fromEntries(await Promise.all(kinds.map(async kind => [kind, await startServer(kind, pinned, label)])))
+      const servers = {}
       try {
+        // Inside the try: when one server fails to start, those already started are closed.
+        await Promise.all(kinds.map(async kind => { servers[kind] = await startServer(kind, pinned, label) }))
         if (!smoke) {
           for (const config of Object.values(groups).flat()) await load(servers[config.kind], config, 'sequential', 0.5)
         }
@@ -297,8 +312,8 @@ export async function measureHttp ({ label, groups, settings, smoke }) {
 
   function printPaired (group, figures) {
     log(`\n${label} paired, ${group}: ${figures.repetitions} repetition(s) x ${figures.rounds} rounds of ${settings.roundSeconds} s; ratio: median over repetitions (range)`)
-    log(table(['configuration', 'baseline', 'CPU µs/req', 'CPU ratio', 'round quartiles', 'statuses'], figures.pairs.map(p => [
-      p.name, p.baseline, fmt(p.cpuPerRequestMicros.median), ratioText(p.cpuRatio, 3), `${fmt(p.cpuRatio.rounds.p25, 3)}-${fmt(p.cpuRatio.rounds.p75, 3)}`, statusText(p.statuses)
+    log(table(['configuration', 'baseline', 'CPU µs/req', 'CPU ratio', 'all rounds: median (quartiles)', 'statuses'], figures.pairs.map(p => [
+      p.name, p.baseline, fmt(p.cpuPerRequestMicros.median), ratioText(p.cpuRatio, 3), `${fmt(p.cpuRatio.rounds.median, 3)}x (${fmt(p.cpuRatio.rounds.p25, 3)}-${fmt(p.cpuRatio.rounds.p75, 3)})`, statusText(p.statuses)
     ])))
   }
 

@@ -59,4 +59,7 @@ process.on('message', message => {
   }
 })
 
+// The parent gone (a part that failed, a test that timed out), nothing is left serving on a core.
+process.on('disconnect', () => process.exit(0))
+
 process.send({ cmd: 'ready', kind, port: app.server.address().port, pid: process.pid })

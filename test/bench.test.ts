@@ -96,9 +96,13 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
 
   t.test('flood: the victim keeps its pace under exchangepace, not under an evicting LRU', async t => {
     const flood = read(out, 'flood')
-    t.equal(flood.results.exchangepace.admittedOverRate, 0)
-    t.equal(flood.results.exchangepace.rows, 1, 'only the victim, a spender, holds a row')
-    t.ok(flood.results['@fastify/rate-limit'].admittedOverRate > 0)
+    const { exchangepace, '@fastify/rate-limit': ratelimit } = flood.results
+    t.same([exchangepace.span, exchangepace.victimAllowed], [0.1, 11], 'two ticks 0.1 s apart: at 10/s, 10 x (1 + 0.1) at most')
+    t.equal(exchangepace.victimAdmitted, exchangepace.victimAllowed, 'the bucket, then one unit a tick: the bound exactly')
+    t.equal(exchangepace.admittedOverRate, 0)
+    t.equal(exchangepace.rows, 1, 'only the victim, a spender, holds a row')
+    t.ok(ratelimit.admittedOverRate > 0)
+    t.equal(ratelimit.rows, 5000, 'counted in its store: its LRU, full')
   })
 
   t.test('flood: strangers naming the victim under check do not crowd it out at 100/s; they do under a fixed window', async t => {
