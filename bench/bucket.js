@@ -18,8 +18,8 @@
 //   bucket's own time nothing refills during the run, every call finds its key's row, no call is
 //   refused and a refund never empties a row. The scaling costs a call and a multiply, which counts
 //   against exchangepace. LocalStore's LRU is sized to hold every key (at its default of 5000 a
-//   10k-key pattern would miss on every call, which would flatter exchangepace), and RLF's window
-//   lasts an hour, so that its records live through the run too.
+//   10k-key pattern would miss on every call, which would flatter exchangepace), and RLF's records
+//   never expire (duration 0), so that they live through the run too.
 // - "strangers": a flood of declared ids that hold nothing: every call names an id with no state,
 //   exchangepace reserves and refunds it (the wrong-secret path: insert, then delete the row), with
 //   its default clock and a rate of 10/s; LocalStore and RLF run at their defaults (an LRU of 5000).
@@ -241,10 +241,11 @@ async function liveKeys (n) {
   const bits = refundBits(rand)
   const pace = new Pace({ perSecond: NEVER, now: frozenClock })
   const store = new LocalStore(false, false, Math.max(5000, n + 1))
-  // An hour's window, so that RLF's records live through the run too: with its default of 1 s, every
-  // record expired between a key's visits at 1M keys (and some at 10k), and RLF was measured
-  // building a record and a timer where the others update theirs.
-  const limiter = new RateLimiterMemory({ points: NEVER, duration: 3600 })
+  // Records that never expire (duration 0: no expiry and no timer), so that RLF's live through the
+  // run too: with its default window of 1 s, every record expired between a key's visits at 1M keys
+  // (and some at 10k), and RLF was measured building a record and a timer where the others update
+  // theirs. (A window of an hour kept a timer per key, and the memory of the 1M keys with it.)
+  const limiter = new RateLimiterMemory({ points: NEVER, duration: 0 })
   // Every key holds state before the first measured call. Each is visited twice in a row, so that
   // the JIT has seen, from the first calls on, the path the measured calls take (a key that holds
   // state) as often as the first visit's: after inserts alone, V8 sometimes optimized Pace#reserve

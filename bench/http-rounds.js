@@ -24,7 +24,7 @@
 // `baselineOf` names that path.
 
 import { execFileSync, spawn } from 'node:child_process'
-import { availableParallelism } from 'node:os'
+import { cpus } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { FORM } from './apps.js'
@@ -35,10 +35,14 @@ export const LOAD = {
   paired: { connections: 10, pipelining: 8 }
 }
 
-/** Lets every thread of process `pid` run on every core (without taskset nothing was pinned). */
+/**
+ * Lets every thread of process `pid` run on every core of the machine (without taskset nothing was
+ * pinned). The machine's, not this process's: `availableParallelism` counts only the cores this
+ * process may use, one once it has pinned itself.
+ */
 function unpin (pid) {
   try {
-    execFileSync('taskset', ['-a', '-p', '-c', `0-${availableParallelism() - 1}`, String(pid)], { stdio: 'ignore' })
+    execFileSync('taskset', ['-a', '-p', '-c', `0-${cpus().length - 1}`, String(pid)], { stdio: 'ignore' })
   } catch {
     // No taskset: nothing was pinned either.
   }
@@ -204,8 +208,12 @@ export async function measureHttp ({ label, groups, settings, smoke }) {
     for (let rep = 0; rep < settings.repetitions; rep++) {
       const servers = {}
       try {
-        // Inside the try: when one server fails to start, those already started are closed.
-        await Promise.all(kinds.map(async kind => { servers[kind] = await startServer(kind, pinned, label) }))
+        // Inside the try, and every start awaited: when one server fails to start, all the others
+        // are closed.
+        const started = await Promise.allSettled(kinds.map(kind => startServer(kind, pinned, label)))
+        started.forEach((result, i) => { if (result.status === 'fulfilled') servers[kinds[i]] = result.value })
+        const failed = started.find(result => result.status === 'rejected')
+        if (failed !== undefined) throw failed.reason
         if (!smoke) {
           for (const config of Object.values(groups).flat()) await load(servers[config.kind], config, 'sequential', 0.5)
         }

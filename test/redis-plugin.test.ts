@@ -106,7 +106,8 @@ if (client !== null) {
     t.match(warnings[0].msg, /Redis store unavailable .*pacing per replica in memory/)
 
     server = await startRedisServer(port)
-    if (own.status !== 'ready') await once(own, 'ready')
+    for (let i = 0; i < 250 && own.status !== 'ready'; i++) await sleep(20)
+    t.equal(own.status, 'ready', 'the client is connected again')
     await sleep(60)
     t.equal((await exchange(app, 'back')).statusCode, 200)
     t.notOk(store.unavailable, 'Redis answered: the store is shared again')
@@ -133,7 +134,8 @@ if (client !== null) {
     t.equal(local.size, 1)
 
     server = await startRedisServer(port)
-    if (own.status !== 'ready') await once(own, 'ready')
+    for (let i = 0; i < 250 && own.status !== 'ready'; i++) await sleep(20)
+    t.equal(own.status, 'ready', 'the client is connected again')
     held.refund()
     await own.ping() // answered after any command the refund sent
     t.equal(local.size, 0, 'refunded in memory')

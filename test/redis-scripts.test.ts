@@ -180,14 +180,15 @@ if (client !== null) {
   })
 
   t.test('a later grant that was refunded no longer holds back an earlier refund', async t => {
-    // At 2.5/s a unit is 400 ms: the row the refund leaves 2 units ahead lives 800 ms, time to read it.
-    const { redisKey } = paceOf('marked', 2.5)
+    // At 3/s a unit is 333 ms: the row the refund leaves 2 units ahead lives 667 ms, time to read it.
+    const { redisKey } = paceOf('marked', 3)
     const key = redisKey('c')
-    const { now, wrap } = await microticksNow(2.5)
-    const run = (now - 5 * UNIT + wrap) % wrap
-    // 14 grants, the latest now, the 12th and 13th refunded; the row 3 units ahead.
-    await client.set(key, rowOf((now + 3 * UNIT) % wrap, run, 14, now, 0b110, 2.5), 'PX', 5000)
-    t.equal(await refund(key, 2.5, run, 11, run), 1)
+    const { now, wrap } = await microticksNow(3)
+    const run = (now - 12 * UNIT + wrap) % wrap
+    // 14 grants in 4 s (at most 3 x (1 + 4) = 15), the latest now, the 12th and 13th refunded; the
+    // row 3 units ahead, the bucket empty.
+    await client.set(key, rowOf((now + 3 * UNIT) % wrap, run, 14, now, 0b110, 3), 'PX', 5000)
+    t.equal(await refund(key, 3, run, 11, run), 1)
     t.same(await rowAt(key), [(now + 2 * UNIT) % wrap, run, 14, now, 0b1110], 'only the 14th holds it: one unit back (three later grants counted as kept would give none)')
     await client.del(key)
   })
