@@ -161,8 +161,11 @@ export function fmt (value, digits = 1) {
 }
 
 /** `1.03x (0.98-1.07)`: a median ratio and the range it moved in. */
-export function ratioText (s, digits = 2) {
-  return `${fmt(s.median, digits)}x (${fmt(s.min, digits)}-${fmt(s.max, digits)})`
+/** `0.52x (0.48-0.55)` from a summary, with the extremes or (`'iqr'`) the quartiles as the spread. */
+export function ratioText (s, digits = 2, how = 'range') {
+  return how === 'iqr'
+    ? `${fmt(s.median, digits)}x (${fmt(s.p25, digits)}-${fmt(s.p75, digits)})`
+    : `${fmt(s.median, digits)}x (${fmt(s.min, digits)}-${fmt(s.max, digits)})`
 }
 
 export function log (...args) {

@@ -321,7 +321,7 @@ export async function measureHttp ({ label, groups, settings, smoke }) {
   function printPaired (group, figures) {
     log(`\n${label} paired, ${group}: ${figures.repetitions} repetition(s) x ${figures.rounds} rounds of ${settings.roundSeconds} s; ratio: median over repetitions (range)`)
     log(table(['configuration', 'baseline', 'CPU µs/req', 'CPU ratio', 'all rounds: median (quartiles)', 'statuses'], figures.pairs.map(p => [
-      p.name, p.baseline, fmt(p.cpuPerRequestMicros.median), ratioText(p.cpuRatio, 3), `${fmt(p.cpuRatio.rounds.median, 3)}x (${fmt(p.cpuRatio.rounds.p25, 3)}-${fmt(p.cpuRatio.rounds.p75, 3)})`, statusText(p.statuses)
+      p.name, p.baseline, fmt(p.cpuPerRequestMicros.median), ratioText(p.cpuRatio, 3), ratioText(p.cpuRatio.rounds, 3, 'iqr'), statusText(p.statuses)
     ])))
   }
 

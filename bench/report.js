@@ -63,10 +63,11 @@ function summarySection (results) {
   if (http) {
     const seq = kind => http.sequential.main.configs.find(c => c.kind === kind).cpuRatio
     const par = kind => http.paired.main.pairs.find(p => p.kind === kind).cpuRatio
-    // The median over repetitions (its range), then the median of every round's ratio in the run.
-    const both = ratio => `${spread(ratio, 3, 'range')}, all rounds ${x(ratio.rounds.median, 3)}`
-    rows.push(['HTTP server CPU per request, sequential rounds', '<= 1.05x bare', `exchangepace ${both(seq('exchangepace'))}; empty hooks ${x(seq('empty').median, 3)}, @fastify/rate-limit ${x(seq('ratelimit').median, 3)}`, verdict(seq('exchangepace').median <= 1.05 && seq('exchangepace').rounds.median <= 1.05)])
-    rows.push(['HTTP server CPU per request, paired rounds', '<= 1.05x bare', `exchangepace ${both(par('exchangepace'))}; empty hooks ${x(par('empty').median, 3)}, @fastify/rate-limit ${x(par('ratelimit').median, 3)}`, verdict(par('exchangepace').median <= 1.05 && par('exchangepace').rounds.median <= 1.05)])
+    for (const [how, ratioOf] of [['sequential', seq], ['paired', par]]) {
+      // The median over repetitions (its range), then the median of every round's ratio in the run.
+      const pace = ratioOf('exchangepace')
+      rows.push([`HTTP server CPU per request, ${how} rounds`, '<= 1.05x bare', `exchangepace ${spread(pace, 3, 'range')}, all rounds ${x(pace.rounds.median, 3)}; empty hooks ${x(ratioOf('empty').median, 3)}, @fastify/rate-limit ${x(ratioOf('ratelimit').median, 3)}`, verdict(pace.median <= 1.05 && pace.rounds.median <= 1.05)])
+    }
     const floor = http.sequential.main.configs.find(c => c.kind === 'floor')
     const pace = http.sequential.main.configs.find(c => c.kind === 'exchangepace')
     if (floor && pace) {

@@ -414,14 +414,11 @@ class RedisPace implements SharedPace {
    * survives too) only leaves it spent.
    */
   giveBack (redisKey: string, run: number, count: number, at: number): void {
-    let refunding: Promise<number>
     try {
-      refunding = this.#commands.exchangepaceRefund(redisKey, this.#perSecond, run, count, at)
+      this.#commands.exchangepaceRefund(redisKey, this.#perSecond, run, count, at).catch((err: Error) => { this.#lost(err) })
     } catch (err) {
       this.#lost(err as Error)
-      return
     }
-    refunding.catch((err: Error) => { this.#lost(err) })
   }
 
   #lost (err: Error): void {

@@ -33,15 +33,11 @@ t.test('a store whose reserve rejects, or throws: the request fails with 500 and
     scope: 'shared by all replicas',
     outage: 'it holds per replica',
     pace: (name: string, _perSecond: number, local: Pace) => ({
-      reserve: how === 'rejects'
-        ? async (key: string) => {
-          if (name.startsWith('broken')) throw new Error('store down')
-          return local.reserve(key)
-        }
-        : (key: string) => {
-            if (name.startsWith('broken')) throw new Error('store down')
-            return Promise.resolve(local.reserve(key))
-          }
+      reserve: (key: string) => {
+        if (!name.startsWith('broken')) return Promise.resolve(local.reserve(key))
+        if (how === 'throws') throw new Error('store down')
+        return Promise.reject(new Error('store down'))
+      }
     })
   })
   for (const how of ['rejects', 'throws'] as const) {
