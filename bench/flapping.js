@@ -56,10 +56,10 @@ async function measureSchedule ({ stopMs, everyMs }, seconds) {
     const admitted = []
     const statuses = {}
     let stalls = 0
-    let running = true
+    const stop = new AbortController()
     const started = performance.now()
     const request = async () => {
-      while (running) {
+      while (!stop.signal.aborted) {
         const response = await app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload: tokenBody() })
         statuses[response.statusCode] = (statuses[response.statusCode] ?? 0) + 1
         if (response.statusCode === 200) admitted.push(performance.now() - started)
@@ -67,9 +67,9 @@ async function measureSchedule ({ stopMs, everyMs }, seconds) {
       }
     }
     const flap = async () => {
-      while (running) {
+      while (!stop.signal.aborted) {
         await sleep(everyMs - stopMs)
-        if (!running) break
+        if (stop.signal.aborted) break
         server.kill('SIGSTOP')
         stalls++
         await sleep(stopMs)
@@ -79,7 +79,7 @@ async function measureSchedule ({ stopMs, everyMs }, seconds) {
     // Settled as they end, so that a loop that fails early is not an unhandled rejection.
     const loops = Promise.allSettled([flap(), ...Array.from({ length: IN_FLIGHT }, request)])
     await sleep(seconds * 1000)
-    running = false
+    stop.abort()
     const failed = (await loops).find(outcome => outcome.status === 'rejected')
     if (failed !== undefined) throw failed.reason
     return {

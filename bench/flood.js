@@ -229,7 +229,7 @@ for (const [library, kind] of Object.entries(LIBRARIES)) {
 }
 
 log(`\nflood: victim at ${RATE}/s, ${STRANGERS_PER_TICK} strangers every ${TICK_MS} ms, ${results.exchangepace.seconds} s simulated`)
-log(table(['', 'victim admitted', `allowed (rate x (1 + s))`, 'admitted over rate', 'rows at the end'], Object.entries(results).map(([name, r]) => [
+log(table(['', 'victim admitted', 'allowed (rate x (1 + s))', 'admitted over rate', 'rows at the end'], Object.entries(results).map(([name, r]) => [
   name, r.victimAdmitted, r.victimAllowed, r.admittedOverRate, r.rows
 ])))
 

@@ -15,7 +15,7 @@ export class InvalidRequest extends Error {
 }
 
 /** Control characters (C0, DEL, C1): never part of a printable identifier. */
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
+const CONTROL = /\p{Cc}/u
 /** Canonical base64 (RFC 4648 section 4), padding included, as RFC 7617 requires. */
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/
 /** base64url without padding, as JWS compact serialisation uses (RFC 7515 section 2). */

@@ -17,7 +17,7 @@ interface Deferred<T = void> { promise: Promise<T>, resolve: (value: T) => void 
 
 function deferred<T = void> (): Deferred<T> {
   let resolve!: (value: T) => void
-  const promise = new Promise<T>(r => { resolve = r })
+  const promise = new Promise<T>(_resolve => { resolve = _resolve })
   return { promise, resolve }
 }
 

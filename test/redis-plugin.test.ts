@@ -40,7 +40,6 @@ const exchange = (app: FastifyInstance, clientId: string, secret = SECRET) => ap
 
 const client = await redisOrSkip()
 if (client !== null) {
-
   t.test('two replicas sharing one Redis admit the declared rate in total, not twice it', async t => {
     const prefix = uniquePrefix('replicas')
     const stores = [new RedisStore({ client, prefix, timeoutMs: 1000 }), new RedisStore({ client, prefix, timeoutMs: 1000 })]
@@ -64,7 +63,7 @@ if (client !== null) {
     t.same(await client.keys(`${prefix}*`), [], 'every refunded bucket was full again: no key')
     const owner = await Promise.all(Array.from({ length: 5 }, () => exchange(app, 'reporting')))
     t.same(owner.map(r => r.statusCode), [200, 200, 200, 200, 200], 'the client still has its whole second')
-    t.equal(owner[0].headers.ratelimit, '"/token";r=4;t=1', "the client reads its own quota")
+    t.equal(owner[0].headers.ratelimit, '"/token";r=4;t=1', 'the client reads its own quota')
   })
 
   t.test('a key a client spent expires within one second', async t => {
@@ -145,4 +144,3 @@ if (client !== null) {
     t.notMatch(stats, /cmdstat_eval/, 'no script ran in Redis: the refund did not reach it')
   })
 }
-

@@ -323,7 +323,7 @@ if (client !== null) {
     // unwritten until after the stall, and whether Redis answered before the verdict was a race).
     await new Promise(resolve => setImmediate(resolve))
     const until = performance.now() + 300
-    while (performance.now() < until) {} // the loop stalls for six timeouts; Redis answers meanwhile
+    while (performance.now() < until) { /* the loop stalls for six timeouts; Redis answers meanwhile */ }
     const reservation = await pending
     t.equal(store.unavailable, false)
     t.ok('run' in reservation, 'Redis granted it, not the fallback')

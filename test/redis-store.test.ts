@@ -455,7 +455,9 @@ t.test('a route whose pace the store refuses fails where it is added, naming the
     name: 'TypeError',
     message: 'exchangepace: route POST /token: RedisStore counts rates up to 2097152 per second exactly; pace "/token" declares perSecond 2097153'
   })
-  const thrower: PaceStore = { scope: 'odd', outage: 'odd', pace: () => { throw 'not an Error' } }
+  // A store may throw anything, not only an Error.
+  const notAnError: unknown = 'not an Error'
+  const thrower: PaceStore = { scope: 'odd', outage: 'odd', pace: () => { throw notAnError } }
   const other = Fastify()
   t.teardown(() => other.close())
   await other.register(exchangePace, { store: thrower })

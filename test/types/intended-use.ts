@@ -29,7 +29,7 @@ await app.register(exchangePace)
 await app.register(exchangePace, { now: undefined, ipv6Subnet: undefined, maxKeyLength: undefined, errorResponseBuilder: undefined, store: undefined })
 app.get('/unpaced', { config: { pace: undefined } }, async () => 'ok')
 app.get('/unnamed', { config: { pace: { perSecond: 1, key: 'source', spend: 'every', name: undefined } } }, async () => 'ok')
-void new Pace({ perSecond: 1, now: undefined })
+export const unsetClock = new Pace({ perSecond: 1, now: undefined })
 
 // One pace on a route, written inline.
 app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } } }, async (request, reply) => {

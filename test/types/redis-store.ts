@@ -11,18 +11,16 @@ const options: RedisStoreOptions = { client: redis, prefix: 'pace:', timeoutMs: 
 const store: PaceStore = new RedisStore(options)
 const onCluster = new RedisStore({ client: cluster, whenUnavailable: 'closed' })
 // An option given as undefined is not set, under exactOptionalPropertyTypes too (this folder's tsconfig).
-void new RedisStore({ client: redis, prefix: undefined, timeoutMs: undefined, whenUnavailable: undefined, retryMs: undefined })
-const scope: string = onCluster.scope
-const down: boolean = onCluster.unavailable
+export const unset = new RedisStore({ client: redis, prefix: undefined, timeoutMs: undefined, whenUnavailable: undefined, retryMs: undefined })
+export const scope: string = onCluster.scope
+export const down: boolean = onCluster.unavailable
 
 const app = Fastify()
 await app.register(exchangePace, { store })
-void scope
-void down
 
 // @ts-expect-error whenUnavailable is 'fallback', 'open' or 'closed'
-new RedisStore({ client: redis, whenUnavailable: 'retry' })
+export const wrongMode = new RedisStore({ client: redis, whenUnavailable: 'retry' })
 // @ts-expect-error the client is required
-new RedisStore({ prefix: 'pace:' })
+export const noClient = new RedisStore({ prefix: 'pace:' })
 // @ts-expect-error timeoutMs is a number of milliseconds
-new RedisStore({ client: redis, timeoutMs: '50ms' })
+export const wrongTimeout = new RedisStore({ client: redis, timeoutMs: '50ms' })

@@ -39,4 +39,4 @@ await app.register(exchangePace, { ipv6Subnet: '64' })
 await app.register(exchangePace, { now: 0 })
 
 // @ts-expect-error fastify.pace.get returns a Pace or undefined
-app.pace.get('/a').size
+export const size = app.pace.get('/a').size
