@@ -1,0 +1,207 @@
+/**
+ * One pace of a RedisStore as a request meets it: the reservation sent to Redis, its deadline, the
+ * fallback pace beside it, and the refund of what Redis granted. When the store counts Redis as
+ * unavailable is the store's (redis-store.ts); what the scripts do is redis-scripts.ts's.
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import { Waiting, type Deadlines } from './deadlines.js'
+import type { Pace, Reservation } from './pace.js'
+import { GRANT_BYTES, REFUSAL_BYTES, type PaceCommands } from './redis-scripts.js'
+import type { RedisStore } from './redis-store.js'
+import type { PaceReservation, SharedPace } from './store.js'
+
+/** The grant every request gets with `whenUnavailable: 'open'` while Redis is unavailable: nothing taken, nothing to give back. */
+const OPEN: PaceReservation = Object.freeze({ granted: true, remaining: 0, retryAfterMs: 0, refund () {} })
+
+/**
+ * A unit Redis granted: refunded in Redis, once, without waiting for the answer, and in this
+ * replica's memory too when the fallback pace also granted it (see `RedisPace`). The grant is
+ * named as the scripts name it, in their microticks: the run's start, the grant's number in the
+ * run, and its time, as the reserve script answered.
+ */
+class RedisReservation implements PaceReservation {
+  readonly granted = true
+  readonly retryAfterMs = 0
+  readonly remaining: number
+  readonly run: number
+  readonly count: number
+  readonly at: number
+  #pace: RedisPace | null
+  readonly #local: Reservation | null
+
+  /**
+   * `reply`: the reserve script's grant, the units left, the run, the grant's number and its time.
+   * `local`: the fallback pace's grant of the same request, if it took one.
+   */
+  constructor (pace: RedisPace, readonly redisKey: string, reply: Buffer, local: Reservation | null) {
+    this.#pace = pace
+    this.#local = local
+    const remaining = reply.readDoubleLE(0)
+    this.remaining = local === null ? remaining : Math.min(remaining, local.remaining)
+    this.run = reply.readDoubleLE(8)
+    this.count = reply.readDoubleLE(16)
+    this.at = reply.readDoubleLE(24)
+  }
+
+  refund (): void {
+    const pace = this.#pace
+    if (pace === null) return
+    this.#pace = null
+    this.#local?.refund()
+    pace.giveBack(this.redisKey, this.run, this.count, this.at)
+  }
+}
+
+/** A refusal Redis answered: nothing was taken, so there is nothing to give back. */
+function refusedByRedis (retryAfterMs: number): PaceReservation {
+  return { granted: false, remaining: 0, retryAfterMs, refund () {} }
+}
+
+/** A reservation waiting for Redis: past the store's timeout, its request takes the unavailable path. */
+class ReserveWaiting extends Waiting {
+  constructor (readonly pace: RedisPace, readonly local: Reservation | null, readonly resolve: (reservation: PaceReservation) => void) {
+    super()
+  }
+
+  expire (): void {
+    this.pace._expired(this.local, this.resolve)
+  }
+}
+
+/**
+ * One pace in Redis. With `whenUnavailable: 'fallback'`, every request is also paced in this
+ * replica's memory, and granted only when both grant: first the fallback pace (a refusal there
+ * never asks Redis), then Redis (a refusal there gives the fallback's unit back). The fallback
+ * therefore holds every unit this replica granted, whichever store answered, and the rate holds
+ * per replica at every moment, outages and returns included: a switch to the fallback finds the
+ * bucket this replica's own spending left (not a full one), and a return to Redis cannot grant on
+ * top of what the fallback granted while Redis did not hear of it. While Redis answers, the
+ * fallback refuses only what this replica alone has already spent, so the shared bucket decides
+ * (at a bucket's edge the two clocks disagree by how much the time from the memory's reservation
+ * to Redis running the script varies: at most `timeoutMs`).
+ */
+export class RedisPace implements SharedPace {
+  readonly #store: RedisStore
+  readonly #commands: PaceCommands
+  readonly #prefix: string
+  readonly #perSecond: number
+  /** This replica's pace of the name, with `whenUnavailable: 'fallback'`; null with 'open' or 'closed'. */
+  readonly #local: Pace | null
+  readonly #log: FastifyBaseLogger
+  readonly #unavailable: PaceReservation
+  readonly #deadlines: Deadlines
+  /** In the store's set of paces whose memory may hold rows (see `RedisStore._answered`). */
+  #tracked = false
+
+  constructor (store: RedisStore, commands: PaceCommands, prefix: string, perSecond: number, local: Pace | null, log: FastifyBaseLogger) {
+    this.#store = store
+    this.#commands = commands
+    this.#prefix = prefix
+    this.#perSecond = perSecond
+    this.#local = local
+    this.#log = log
+    this.#unavailable = store.whenUnavailable === 'open'
+      ? OPEN
+      : Object.freeze({ granted: false, remaining: 0, retryAfterMs: store.retryMs, refund () {} })
+    this.#deadlines = store._deadlines
+  }
+
+  reserve (key: string): Promise<PaceReservation> {
+    const store = this.#store
+    const local = this.#local === null ? null : this.#local.reserve(key)
+    if (local !== null) {
+      if (!local.granted) return Promise.resolve(local)
+      if (!this.#tracked) {
+        this.#tracked = true
+        store._track(this)
+      }
+    }
+    if (!store._mayTry()) return Promise.resolve(local ?? this.#unavailable)
+    const redisKey = this.#prefix + key
+    const outage = store._outage
+    return new Promise(resolve => {
+      const deadlines = this.#deadlines
+      const waiting = new ReserveWaiting(this, local, resolve)
+      let answering: Promise<Buffer>
+      try {
+        answering = this.#commands.exchangepaceReserveBuffer(redisKey, this.#perSecond)
+      } catch (err) {
+        this.#failed(local, err as Error, resolve)
+        return
+      }
+      deadlines.start(waiting)
+      answering.then(reply => {
+        const length = Buffer.isBuffer(reply) ? reply.length : -1
+        if (length !== GRANT_BYTES && length !== REFUSAL_BYTES) {
+          // Another script under this command's name (another version of this store on the same
+          // client): the store is unavailable, not the request stuck on a reply it cannot read.
+          if (deadlines.answer(waiting)) this.#failed(local, new Error(`the reserve script answered ${length === -1 ? typeof reply : `${length} bytes`}, not a reply this version reads: does another version of exchangepace define its commands on this client?`), resolve)
+          return
+        }
+        if (!deadlines.answer(waiting)) {
+          // Too late for its request, which went the unavailable path: give Redis' unit back.
+          if (length === GRANT_BYTES) new RedisReservation(this, redisKey, reply, null).refund()
+          return
+        }
+        // The request first: a logger that throws must not leave it waiting.
+        if (length === GRANT_BYTES) resolve(new RedisReservation(this, redisKey, reply, local))
+        else {
+          local?.refund()
+          resolve(refusedByRedis(reply.readDoubleLE(0)))
+        }
+        store._answered(this, outage, this.#log)
+      }, (err: Error) => {
+        if (deadlines.answer(waiting)) this.#failed(local, err, resolve)
+      })
+    })
+  }
+
+  /** @internal Redis did not answer a reservation within the timeout. */
+  _expired (local: Reservation | null, resolve: (reservation: PaceReservation) => void): void {
+    this.#failed(local, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`), resolve)
+  }
+
+  /**
+   * Redis failed, or did not answer in time: the request takes the `whenUnavailable` path (the
+   * fallback's grant, when it took one), before the outage is noted and logged (a logger that
+   * throws must not leave it waiting).
+   */
+  #failed (local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
+    resolve(local ?? this.#unavailable)
+    this.#store._failed(err, this.#log)
+  }
+
+  /** @internal Whether the store tracks this pace (its memory may hold rows). */
+  get _tracked (): boolean {
+    return this.#tracked
+  }
+
+  /**
+   * @internal Sweeps this pace's memory when a sweep is due, and says whether it still holds rows;
+   * when it holds none, the store stops tracking it until its next grant.
+   */
+  _tidy (): boolean {
+    const local = this.#local as Pace
+    local.tidy()
+    if (local.size > 0) return true
+    this.#tracked = false
+    return false
+  }
+
+  /**
+   * Refunds grant number `count` of the run of `redisKey` that began at `run`, made at `at`, in
+   * Redis. Nobody waits for it; a failure (a rejection, or a client that throws, which `reserve`
+   * survives too) only leaves it spent.
+   */
+  giveBack (redisKey: string, run: number, count: number, at: number): void {
+    try {
+      this.#commands.exchangepaceRefund(redisKey, this.#perSecond, run, count, at).catch((err: Error) => { this.#lost(err) })
+    } catch (err) {
+      this.#lost(err as Error)
+    }
+  }
+
+  #lost (err: Error): void {
+    this.#log.debug({ err }, 'exchangepace: a refund did not reach Redis; the unit stays spent until it refills')
+  }
+}
