@@ -1,7 +1,14 @@
 import neostandard from 'neostandard'
 
-// Fastify's own style, with the TypeScript rules, over everything the project writes.
-export default neostandard({
-  ts: true,
-  ignores: ['dist/**', 'coverage/**', '.tap/**', 'bench/results/**']
-})
+// Fastify's own style, with the TypeScript rules, over everything the project writes; and small
+// functions in the package (a function longer than a screen holds more than one idea).
+export default [
+  ...neostandard({
+    ts: true,
+    ignores: ['dist/**', 'coverage/**', '.tap/**', 'bench/results/**']
+  }),
+  {
+    files: ['lib/**/*.ts'],
+    rules: { 'max-lines-per-function': ['error', { max: 60, skipBlankLines: true, skipComments: true }] }
+  }
+]

@@ -1,0 +1,61 @@
+import type { FastifyRequest } from 'fastify'
+import type { Clock } from './pace.js'
+import type { PaceStore } from './store.js'
+
+export interface ExchangePaceOptions {
+  /** Monotonic clock in milliseconds handed to every pace. Default: `performance.now`. */
+  now?: Clock | undefined
+  /** Prefix length that groups IPv6 sources into one key: an integer 1..128. Default: 64. */
+  ipv6Subnet?: number | undefined
+  /** Longest key accepted; a longer declared client id is a 400. An integer >= 1. Default: 255. */
+  maxKeyLength?: number | undefined
+  /** Builds the JSON body of a 429. Default: `{ error: 'temporarily_unavailable', error_description }`. */
+  errorResponseBuilder?: ((request: FastifyRequest, refusal: PaceRefusal) => object) | undefined
+  /**
+   * Where the paces live. Default: this replica's memory, so each rate holds per replica. A shared
+   * store (`RedisStore`) makes each rate hold over all replicas together.
+   */
+  store?: PaceStore | undefined
+}
+
+/** What `errorResponseBuilder` is told about a refusal. */
+export interface PaceRefusal {
+  statusCode: 429
+  /** The pace that refused. */
+  name: string
+  perSecond: number
+  /** Exact wait until one unit is back, in milliseconds. */
+  retryAfterMs: number
+  /** The Retry-After header's value: whole seconds, at least 1. */
+  retryAfter: number
+}
+
+/** The plugin's options, checked, with their defaults. */
+export interface CheckedOptions {
+  readonly now: Clock | undefined
+  readonly ipv6Subnet: number
+  readonly maxKeyLength: number
+  readonly errorResponseBuilder: (request: FastifyRequest, refusal: PaceRefusal) => object
+  readonly store: PaceStore | undefined
+}
+
+/** The body of a 429 unless `errorResponseBuilder` builds another: RFC 6749's error object. */
+function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
+  return {
+    error: 'temporarily_unavailable',
+    error_description: `Too many requests for this ${refusal.name} pace; retry after ${refusal.retryAfter} second${refusal.retryAfter === 1 ? '' : 's'}`
+  }
+}
+
+/** Checks the plugin's options and fills in defaults. Throws a TypeError naming the option and the value. */
+export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
+  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store } = options
+  if (now !== undefined && typeof now !== 'function') throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
+  if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
+  if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
+  if (typeof errorResponseBuilder !== 'function') throw new TypeError(`exchangepace: errorResponseBuilder must be a function, got ${typeof errorResponseBuilder}`)
+  if (store !== undefined && (store === null || typeof store.pace !== 'function' || typeof store.scope !== 'string' || typeof store.outage !== 'string')) {
+    throw new TypeError('exchangepace: store must be a PaceStore such as RedisStore')
+  }
+  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store }
+}

@@ -1,0 +1,41 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { PaceRefusal } from './options.js'
+import { writeQuota, type QuotaHolding, type QuotaItems } from './quota-headers.js'
+import type { PaceRule } from './route-config.js'
+import type { PaceReservation } from './store.js'
+
+/**
+ * The answers the plugin gives itself, before the handler runs: a 429 when a pace is spent, a 400
+ * when the request's key declaration is malformed. Both are OAuth error objects (RFC 6749
+ * section 5.2) that no cache may keep, serialized here: the route's own response schema (a 400 or
+ * 4xx written for its validation errors) or serializer compiler (a Zod type provider's) must not
+ * strip or reject them.
+ */
+
+/**
+ * Answers 429 for the pace `rule` that refused with `reservation`: Retry-After in whole seconds
+ * (at least 1), the public quotas the request holds from earlier hooks and the refusing pace's own
+ * at zero, and the body `build` makes, as built.
+ */
+export function refuse (request: FastifyRequest, reply: FastifyReply, rule: PaceRule, quota: QuotaItems, reservation: PaceReservation,
+  held: readonly QuotaHolding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object): void {
+  const retryAfter = Math.max(1, Math.ceil(reservation.retryAfterMs / 1000))
+  const refusal: PaceRefusal = { statusCode: 429, name: rule.name, perSecond: rule.perSecond, retryAfterMs: reservation.retryAfterMs, retryAfter }
+  noStore(reply.code(429).header('retry-after', retryAfter))
+  writeQuota(reply, held, false, quota)
+  sendSerialized(reply, build(request, refusal))
+}
+
+/** Answers 400 invalid_request for a malformed key declaration, saying what is wrong. */
+export function sendInvalidRequest (reply: FastifyReply, description: string): void {
+  sendSerialized(noStore(reply.code(400)), { error: 'invalid_request', error_description: description })
+}
+
+function noStore (reply: FastifyReply): FastifyReply {
+  return reply.header('cache-control', 'no-store').header('pragma', 'no-cache')
+}
+
+/** Sends `body` as JSON serialized here, not by the route. */
+function sendSerialized (reply: FastifyReply, body: unknown): void {
+  reply.type('application/json; charset=utf-8').send(JSON.stringify(body))
+}

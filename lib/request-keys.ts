@@ -1,0 +1,78 @@
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
+import { checkKey, declaredClientId, sourceKey } from './keys.js'
+import type { PaceRule } from './route-config.js'
+
+/**
+ * Reading a pace's key from a Fastify request: the request's parts handed to keys.ts, which knows
+ * nothing of Fastify. A reader returns the key, or undefined when the request declares none (the
+ * pace then takes nothing from it); a malformed declaration throws `InvalidRequest` (a 400), a key
+ * function that returns something other than a string throws a TypeError (a 500: the server's
+ * mistake, not the client's).
+ */
+export type KeyReader = (request: FastifyRequest) => string | undefined
+
+/**
+ * The source key of a request without a source address: on a Unix socket Fastify's `request.ip`
+ * can be undefined. Such requests share one bucket per pace, as they come through one peer;
+ * failing them would take the route down.
+ */
+const NO_ADDRESS = 'unknown'
+
+/** The readers of one plugin instance: its key length and IPv6 grouping, and one warning per instance for requests without an address. */
+export class KeyReaders {
+  readonly client: KeyReader
+  readonly source: KeyReader
+  readonly #maxKeyLength: number
+
+  constructor (ipv6Subnet: number, maxKeyLength: number, log: FastifyBaseLogger) {
+    this.#maxKeyLength = maxKeyLength
+    this.client = request => declaredClientId(request.headers.authorization, request.body, maxKeyLength)
+    let warned = false
+    this.source = request => {
+      const address = request.ip as string | undefined
+      if (address !== undefined) return sourceKey(address, ipv6Subnet, maxKeyLength)
+      if (!warned) {
+        warned = true
+        log.warn(`exchangepace: a request has no source address (request.ip is undefined, as on a Unix socket): every such request is paced by source as one, under the key ${JSON.stringify(NO_ADDRESS)}. To pace clients apart there, give the pace a key function that reads the address your proxy forwards.`)
+      }
+      return NO_ADDRESS
+    }
+  }
+
+  /** The reader of `rule`'s key on the route `route`. */
+  of (rule: PaceRule, route: string): KeyReader {
+    const { key } = rule
+    if (key === 'client') return this.client
+    if (key === 'source') return this.source
+    return customReader(key, rule.name, route, this.#maxKeyLength)
+  }
+}
+
+/** A key function's reader: its string checked as a client's key, anything else a TypeError naming the route and pace. */
+function customReader (key: (request: FastifyRequest) => string | undefined, name: string, route: string, maxKeyLength: number): KeyReader {
+  const what = `the key of pace ${JSON.stringify(name)}`
+  return request => {
+    const value: unknown = key(request)
+    if (value === undefined) return undefined
+    if (typeof value !== 'string') {
+      // A Promise left behind would end the process if it rejected: Node treats an unhandled
+      // rejection as an uncaught exception. The 500 that follows already reports the mistake.
+      if (isThenable(value)) value.then(undefined, ignoreRejection)
+      throw new TypeError(`exchangepace: route ${route}: the key function of pace ${JSON.stringify(name)} returned ${notAKey(value)}; it must return a string or undefined`)
+    }
+    return checkKey(value, what, maxKeyLength)
+  }
+}
+
+function isThenable (value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function'
+}
+
+function ignoreRejection (): void {}
+
+/** What a key function returned instead of a key, for the error that says so. */
+function notAKey (value: unknown): string {
+  if (isThenable(value)) return 'a Promise (key functions run synchronously: read the key from the request, or resolve it in an earlier hook)'
+  if (value === null) return 'null'
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`
+}

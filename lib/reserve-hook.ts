@@ -1,0 +1,128 @@
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
+import type { BoundPace } from './bound-pace.js'
+import { InvalidRequest } from './keys.js'
+import type { PaceRefusal } from './options.js'
+import { writeQuota, type QuotaItems } from './quota-headers.js'
+import { refuse, sendInvalidRequest } from './refusals.js'
+import type { PaceReservation } from './store.js'
+import { PaceTicket, type HeldReservation } from './ticket.js'
+
+/**
+ * The hook that reserves before the handler (preHandler; onRequest for source paces spent on every
+ * request): one unit from each of its paces, all or nothing, onto `request.pace`.
+ */
+
+/** A held reservation, with its pace's header items. */
+export interface Holding extends HeldReservation {
+  readonly quota: QuotaItems
+}
+
+/**
+ * The paces one hook reserves. `commits`: every one of them is a source pace spent on every
+ * request, and they are all the route has, so nothing can ever be refunded and every quota is
+ * public: the hook writes the quota headers and commits at once, and the route needs no onSend
+ * (the authorization endpoint's shape).
+ */
+export interface ReserveStep {
+  readonly paces: readonly BoundPace[]
+  readonly commits: boolean
+  readonly refusalBody: (request: FastifyRequest, refusal: PaceRefusal) => object
+}
+
+/**
+ * Reserves one unit from each pace of `step` for `request`, all or nothing: when one refuses or a
+ * key is malformed, what this hook took is refunded and the request is answered here. In-process
+ * paces answer synchronously, so the common path allocates no promise; a shared store's answer
+ * continues the same loop from where it stopped.
+ */
+export function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+  let ticket = request.pace as PaceTicket<Holding> | null
+  if (ticket === null) {
+    ticket = new PaceTicket<Holding>()
+    request.pace = ticket
+  }
+  reserveFrom(step, 0, ticket, ticket.held.length, request, reply, next)
+}
+
+function reserveFrom (step: ReserveStep, start: number, ticket: PaceTicket<Holding>, first: number,
+  request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+  const paces = step.paces
+  for (let i = start; i < paces.length; i++) {
+    const bound = paces[i]
+    let key: string | undefined
+    try {
+      key = bound.readKey(request)
+    } catch (err) {
+      giveBack(step, ticket, first)
+      if (err instanceof InvalidRequest) return sendInvalidRequest(reply, err.message)
+      return next(err as Error)
+    }
+    if (key === undefined) continue
+    if (bound.shared !== null) return reserveShared(step, i, ticket, first, bound, key, request, reply, next)
+    if (!hold(step, ticket, first, bound, key, bound.pace.reserve(key), request, reply)) return
+  }
+  if (step.commits) {
+    writeQuota(reply, ticket.held, false, null)
+    ticket._settle()
+  }
+  next()
+}
+
+/** Reserves from the shared store's pace of `step.paces[i]`, then goes on with the next pace. */
+function reserveShared (step: ReserveStep, i: number, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, key: string,
+  request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+  let answer: Promise<PaceReservation>
+  try {
+    answer = (bound.shared as NonNullable<BoundPace['shared']>).reserve(key)
+  } catch (err) {
+    // A store of one's own that throws instead of rejecting is taken as rejecting.
+    answer = Promise.reject(err)
+  }
+  answer.then(reservation => {
+    // The request was answered while the store decided (a handler timeout): its ticket was
+    // settled without this unit, which is settled now by the same rule. A refusal changes
+    // nothing: the answer is already on its way.
+    if (ticket.settled) {
+      if (reservation.granted) ticket._holdLate(holding(bound, key, reservation))
+      return
+    }
+    // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an
+    // unhandled rejection: it fails the request as it does on the in-memory path.
+    try {
+      if (hold(step, ticket, first, bound, key, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
+    } catch (err) {
+      next(err as Error)
+    }
+  }, (err: Error) => {
+    giveBack(step, ticket, first)
+    next(err)
+  })
+}
+
+/**
+ * The hook answers the request itself (a refusal, a malformed key, an error): what it took, from
+ * `first` on, goes back. A step that commits is on a route without the plugin's onSend and onError
+ * hooks, so its ticket is settled now or never.
+ */
+function giveBack (step: ReserveStep, ticket: PaceTicket<Holding>, first: number): void {
+  ticket._refundFrom(first)
+  if (step.commits) ticket._settle()
+}
+
+/** Keeps a granted unit on the ticket; on a refusal gives back this hook's units and answers 429. */
+function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, key: string, reservation: PaceReservation,
+  request: FastifyRequest, reply: FastifyReply): boolean {
+  if (!reservation.granted) {
+    ticket.refused = true
+    giveBack(step, ticket, first)
+    refuse(request, reply, bound.rule, bound.quota, reservation, ticket.held, step.refusalBody)
+    return false
+  }
+  ticket.held.push(holding(bound, key, reservation))
+  return true
+}
+
+/** The unit `reservation` took from `bound`'s pace under `key`, as a ticket holds it. */
+function holding (bound: BoundPace, key: string, reservation: PaceReservation): Holding {
+  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: bound.quota }
+}

@@ -1,0 +1,67 @@
+import type { RouteOptions } from 'fastify'
+import type { PaceRule } from './route-config.js'
+import type { PaceStore } from './store.js'
+
+/**
+ * What a paced route publishes about its paces: a sentence in its description, an
+ * `x-exchangepace` extension, and the 429 among its responses, so that an OpenAPI document made
+ * from the routes (@fastify/swagger) says what is counted, per what, and over which scope.
+ */
+
+/** Where the rate holds without a shared store. */
+const PER_REPLICA = 'per replica'
+
+function keyDescription (rule: PaceRule): string {
+  if (rule.key === 'client') return 'declared client id'
+  if (rule.key === 'source') return 'source address'
+  return 'custom key'
+}
+
+/**
+ * The sentence every paced route's description gets: the rate, the key, and the scope over which
+ * the rate holds (per replica by default, or the shared store's).
+ */
+function paceSentence (rules: readonly PaceRule[], store: PaceStore | undefined): string {
+  const parts = rules.map(rule => `${rule.perSecond} requests per second per ${keyDescription(rule)}` +
+    (rule.spend === 'accepted' ? ' (rejected exchanges are refunded)' : ' (every request counts)'))
+  const holds = store === undefined
+    ? `Each rate is ${PER_REPLICA}: N replicas admit up to N times it.`
+    : `Each rate is ${store.scope}; while the store is unavailable, ${store.outage}.`
+  return `Paced by exchangepace: ${parts.join('; ')}. ${holds}`
+}
+
+/**
+ * The route's schema with the per-replica statement added: the description sentence (after the
+ * route's own), an `x-exchangepace` extension, and, with `with429`, the 429 response, in JSON
+ * Schema, unless the route documents its own. Fastify compiles every response schema with the
+ * route's serializer compiler, so a route whose compiler reads another kind of schema gets no
+ * 429 from here (its body is serialized by the plugin either way). A new object: the HEAD route
+ * Fastify derives from a GET shares the original.
+ */
+export function describeRoute (schema: RouteOptions['schema'], rules: readonly PaceRule[], store: PaceStore | undefined, with429: boolean): RouteOptions['schema'] {
+  const own = (schema ?? {}) as Record<string, unknown>
+  const scope = store?.scope ?? PER_REPLICA
+  const sentence = paceSentence(rules, store)
+  const description = typeof own.description === 'string' && own.description !== '' ? `${own.description} ${sentence}` : sentence
+  const described: Record<string, unknown> = {
+    ...own,
+    description,
+    'x-exchangepace': {
+      scope,
+      paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, key: keyDescription(rule), spend: rule.spend }))
+    }
+  }
+  const response = own.response as Record<string, unknown> | undefined
+  if (with429 && response?.[429] === undefined) {
+    described.response = {
+      ...response,
+      429: {
+        description: `Too many requests: the pace is spent (${scope}). Retry after the Retry-After header, in seconds.`,
+        type: 'object',
+        properties: { error: { type: 'string' }, error_description: { type: 'string' } },
+        additionalProperties: true
+      }
+    }
+  }
+  return described as RouteOptions['schema']
+}
