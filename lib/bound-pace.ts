@@ -44,7 +44,7 @@ export function bindPace (rule: PaceRule, route: string, binding: Binding): Boun
 function sharedPace (rule: PaceRule, pace: Pace, route: string, { store, log }: Binding): SharedPace | null {
   if (store === undefined) return null
   try {
-    return store.pace(rule.name, rule.perSecond, pace, log)
+    return store.pace(rule.name, rule, pace, log)
   } catch (err) {
     const reason = err instanceof Error ? err.message.replace(/^exchangepace: /, '') : String(err)
     throw new TypeError(`exchangepace: route ${route}: ${reason}`, { cause: err })

@@ -23,7 +23,10 @@ export interface PaceRefusal {
   statusCode: 429
   /** The pace that refused. */
   name: string
+  /** Its rate: `limit` units per `window` seconds, `perSecond` of them per second. */
   perSecond: number
+  limit: number
+  window: number
   /** Exact wait until one unit is back, in milliseconds. */
   retryAfterMs: number
   /** The Retry-After header's value: whole seconds, at least 1. */

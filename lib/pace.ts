@@ -3,23 +3,34 @@ import { SlotTable } from './slot-table.js'
 /** A monotonic clock in milliseconds. Wall-clock time (Date.now) must not be used: a jump would refill or drain buckets. */
 export type Clock = () => number
 
-export interface PaceOptions {
-  /** Units each key may spend per second: a finite number >= 1. The bucket holds one second of it. */
-  perSecond: number
+/**
+ * A pace's rate, in one of two forms:
+ * - `{ perSecond }`: `perSecond` units per second, a bucket of one second of it (the seed's rule: a
+ *   key silent for an hour may spend one second's worth at once, no more). A finite number >= 1.
+ * - `{ limit, window }`: `limit` units per `window` seconds, a bucket of `limit` refilled
+ *   continuously at `limit / window` per second (a failure budget: 10 per 600 s). `limit` is a
+ *   finite number >= 1, `window` a finite number of seconds > 0.
+ */
+export type PaceRate =
+  | { perSecond: number, limit?: undefined, window?: undefined }
+  | { limit: number, window: number, perSecond?: undefined }
+
+export type PaceOptions = PaceRate & {
   /** Monotonic clock in milliseconds. Default: `performance.now`. */
   now?: Clock | undefined
 }
 
 /**
- * Scaled time: one millisecond is `perSecond` ticks, so one unit refills in exactly `UNIT` ticks and
- * a bucket holds `UNIT * perSecond` ticks. With an integer rate and an integer-millisecond clock every
- * stored value is an integer, and a debit or a refund adds or subtracts an exact integer; no
- * per-unit interval like 1000/3 ms is ever accumulated, so the arithmetic does not drift.
+ * Scaled time: one millisecond is `limit` ticks, so one unit refills in exactly `1000 * window`
+ * ticks and a bucket holds `limit` of them. With an integer limit and window and an
+ * integer-millisecond clock every stored value is an integer, and a debit or a refund adds or
+ * subtracts an exact integer; no per-unit interval like 1000/3 ms is ever accumulated, so the
+ * arithmetic does not drift. (For `perSecond` paces the window is 1 s: a unit is 1000 ticks.)
  */
-const UNIT = 1000
+const TICKS_PER_SECOND_OF_WINDOW = 1000
 
 /**
- * Comparisons forgive this many ticks (a millionth of a unit's thousandth) so that a product like
+ * Comparisons forgive this many ticks (a millionth of a thousandth of a unit of a one-second pace) so that a product like
  * `now * 7.3` rounded one way cannot turn an exact tie into a refusal. A real shortfall is at least
  * a whole tick for any clock resolution users give.
  */
@@ -84,10 +95,12 @@ function refusal (key: string, now: number, retryAfterMs: number): Reservation {
 /**
  * A token bucket per key: the pace of a route, for one replica.
  *
- * - Capacity: one second of `perSecond`, so a key that was silent for an hour may spend one second's
- *   worth at once and no more. Refill is continuous: after d ms, d * perSecond / 1000 units are back.
+ * - Capacity: `limit` units (for a `perSecond` pace, one second of it), so a key that was silent
+ *   for an hour may spend one bucket at once and no more. Refill is continuous: after d ms,
+ *   d * perSecond / 1000 units are back, where `perSecond` is `limit / window`. A bucket refills
+ *   from empty to full in `window` seconds: that is the horizon.
  * - A row holds per key the scaled time at which that key's bucket is full again (the GCRA
- *   "theoretical arrival time"; the bucket then holds `perSecond - (row - now) / UNIT` units), and
+ *   "theoretical arrival time"; the bucket then holds `limit - (row - now) / unit` units), and
  *   for refunds: a stamp for its run of spending (which began with the grant that found the bucket
  *   full), never given to another run of any key, how many grants the run has had, and when the
  *   latest came. A reservation keeps the row's slot and stamp, so its refund finds the row without
@@ -95,21 +108,28 @@ function refusal (key: string, now: number, retryAfterMs: number): Reservation {
  * - A key without a row has a full bucket, and a full bucket has no row: a row whose time has come
  *   means nothing that a missing row does not, so it may be deleted at any moment. A refund that
  *   leaves the bucket full as of the latest grant deletes its row; the sweep deletes the rows that
- *   refill (or a refund) left in the past. Memory
- *   therefore holds only the keys that spent within the last second (the horizon), however many
- *   keys were merely named.
+ *   refill (or a refund) left in the past. Memory therefore holds only the keys that spent within
+ *   the last horizon, however many keys were merely named.
  * - The sweep runs inside `reserve` when the table has doubled since the previous sweep or one
  *   horizon has passed since it. There is no timer, so a Pace never keeps a process alive.
  * - `reserve` decides and debits in one step, and `refund` gives back in one step. Each is atomic in
  *   JavaScript because no `await` sits between its read of a row and its write: concurrent requests
  *   cannot all see the same unit. There is deliberately no "is there room?" query.
  * - The row's time is never earlier than the units kept (granted and not refunded) alone would
- *   put it, so they never exceed `perSecond * (1 + w)` in any window of w seconds, refunds included.
+ *   put it, so they never exceed `limit * (1 + t / window)` in any span of t seconds, refunds
+ *   included.
  */
 export class Pace {
+  /** Units refilled per second: `limit / window`. */
   readonly perSecond: number
+  /** Units the bucket holds. */
+  readonly limit: number
+  /** Seconds a bucket takes to refill from empty to full. */
+  readonly window: number
   readonly #now: Clock
-  /** `perSecond` units, in ticks. */
+  /** One unit, in ticks. */
+  readonly #unit: number
+  /** `limit` units, in ticks. */
   readonly #capacity: number
   readonly #table = new SlotTable()
   /** Scaled time at which a sweep is next due (one horizon after the last), and the table size at which one is due sooner. */
@@ -117,18 +137,18 @@ export class Pace {
   #sweepAtSize = SlotTable.MIN_SLOTS
 
   constructor (options: PaceOptions) {
-    const { perSecond, now = monotonic } = options ?? {}
-    if (typeof perSecond !== 'number' || !Number.isFinite(perSecond) || perSecond < 1) {
-      const got = typeof perSecond === 'string' ? JSON.stringify(perSecond) : String(perSecond)
-      throw new TypeError(`exchangepace: perSecond must be a finite number >= 1, got ${got}`)
-    }
+    const { limit, window } = checkRate(options ?? {})
+    const { now = monotonic } = options ?? {}
     if (typeof now !== 'function') {
       throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
     }
-    this.perSecond = perSecond
+    this.limit = limit
+    this.window = window
+    this.perSecond = limit / window
     this.#now = now
-    this.#capacity = UNIT * perSecond
-    this.#sweepAtTime = now() * perSecond + this.#capacity
+    this.#unit = TICKS_PER_SECOND_OF_WINDOW * window
+    this.#capacity = this.#unit * limit
+    this.#sweepAtTime = now() * limit + this.#capacity
   }
 
   /** Keys that currently have a row (spent within the last horizon and not yet swept). */
@@ -142,8 +162,9 @@ export class Pace {
    * `retryAfterMs` is the exact wait until one unit is back.
    */
   reserve (key: string): Reservation {
-    const perSecond = this.perSecond
-    const now = this.#now() * perSecond
+    const limit = this.limit
+    const unit = this.#unit
+    const now = this.#now() * limit
     const table = this.#table
     if (now >= this.#sweepAtTime) this.#sweep(now)
 
@@ -151,9 +172,9 @@ export class Pace {
     const stored = slot === -1 ? now : table.read(slot)
     // A row whose time has come is a full bucket: a grant on it begins a new run.
     const running = stored > now
-    const after = (running ? stored : now) + UNIT
+    const after = (running ? stored : now) + unit
     const shortfall = after - now - this.#capacity
-    if (shortfall > SLACK) return refusal(key, now, shortfall / perSecond)
+    if (shortfall > SLACK) return refusal(key, now, shortfall / limit)
     // A grant goes on with the row's run, restarts a row whose time had come, or inserts one. One
     // construction serves the three, which keeps this method small enough for V8 to inline it
     // whole, the Reservation included, into the plugin's hook.
@@ -161,7 +182,7 @@ export class Pace {
     if (running) count = table.addCount(slot, after, now)
     else if (slot !== -1) table.restart(slot, after, now)
     else slot = this.#insert(key, after, now)
-    return new Reservation(this, key, slot, table.stamp(slot), count, now, true, Math.floor((SLACK - shortfall) / UNIT), 0)
+    return new Reservation(this, key, slot, table.stamp(slot), count, now, true, Math.floor((SLACK - shortfall) / unit), 0)
   }
 
   /** Adds `key`'s row, the first grant of a run. Only an insert grows the table, so only an insert can find it doubled since the last sweep. */
@@ -193,6 +214,7 @@ export class Pace {
    */
   _giveBack (key: string, slot: number, run: number, count: number, at: number): void {
     const table = this.#table
+    const unit = this.#unit
     if (!table.holds(slot, run)) {
       // A resize moved the row since the grant, or its run has ended.
       slot = table.slot(key)
@@ -202,12 +224,12 @@ export class Pace {
     const last = table.last(slot)
     const later = (table.count(slot) - count) >>> 0
     if (later === 0) {
-      if (full - UNIT > last + SLACK) table.uncount(slot, full - UNIT)
+      if (full - unit > last + SLACK) table.uncount(slot, full - unit)
       else table.remove(key, slot)
       return
     }
     const keptLater = later - table.markedWithin(slot, later)
-    const left = Math.min(full - UNIT + (last - at), Math.max(full - UNIT, Math.min(full, last + keptLater * UNIT)))
+    const left = Math.min(full - unit + (last - at), Math.max(full - unit, Math.min(full, last + keptLater * unit)))
     if (left <= last + SLACK) return table.remove(key, slot)
     if (left < full) table.write(slot, left)
     table.mark(slot, later)
@@ -219,7 +241,7 @@ export class Pace {
    * pace whose route gets no more requests, whose rows would otherwise stay until its next reserve.
    */
   tidy (): void {
-    this.#sweepIfDue(this.#now() * this.perSecond)
+    this.#sweepIfDue(this.#now() * this.limit)
   }
 
   /** Sweeps when the table has doubled since the last sweep or one horizon has passed since it. */
@@ -233,4 +255,30 @@ export class Pace {
     this.#sweepAtTime = now + this.#capacity
     this.#sweepAtSize = Math.max(SlotTable.MIN_SLOTS, this.#table.size * 2)
   }
+}
+
+/**
+ * The bucket a pace's options declare: `limit` units refilled over `window` seconds (a `perSecond`
+ * pace holds one second: `{ limit: perSecond, window: 1 }`). Throws a TypeError naming the option.
+ */
+function checkRate (options: Partial<Record<'perSecond' | 'limit' | 'window', unknown>>): { limit: number, window: number } {
+  const { perSecond, limit, window } = options
+  if (perSecond !== undefined && (limit !== undefined || window !== undefined)) {
+    throw new TypeError('exchangepace: a pace declares perSecond, or limit with window, not both')
+  }
+  if (perSecond === undefined && (limit !== undefined || window !== undefined)) {
+    if (!isNumberAtLeast(limit, 1)) throw new TypeError(`exchangepace: limit must be a finite number >= 1, got ${got(limit)}`)
+    if (!isNumberAtLeast(window, Number.MIN_VALUE)) throw new TypeError(`exchangepace: window must be a finite number of seconds > 0, got ${got(window)}`)
+    return { limit: limit as number, window: window as number }
+  }
+  if (!isNumberAtLeast(perSecond, 1)) throw new TypeError(`exchangepace: perSecond must be a finite number >= 1, got ${got(perSecond)}`)
+  return { limit: perSecond as number, window: 1 }
+}
+
+function isNumberAtLeast (value: unknown, least: number): boolean {
+  return typeof value === 'number' && Number.isFinite(value) && value >= least
+}
+
+function got (value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : String(value)
 }

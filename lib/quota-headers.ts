@@ -1,5 +1,6 @@
 import type { FastifyReply } from 'fastify'
 import type { PaceRule } from './route-config.js'
+import { refundedOn, type PaceOutcome, type PaceSpend } from './ticket.js'
 
 /**
  * The quota headers of the IETF draft (RateLimit-Policy and RateLimit): the items each pace
@@ -19,65 +20,92 @@ interface JoinedList {
 
 /** One pace's items, built once per route, and the latest lists and item it wrote. */
 export class QuotaItems {
-  /** Its items may be shown to whoever sent the request, whatever the outcome. */
+  /** Its items may be shown to whoever sent the request, whatever the outcome: the caller's own source, or its own pair. */
   readonly public: boolean
   /** `"name";q=10;w=1` */
   readonly policy: string
   /** `"name";r=` */
   readonly quotaPrefix: string
-  /** `"name";r=0;t=1`: the item of a refusal. */
-  readonly spent: string
+  /**
+   * `;t=1`: after a grant, the bucket is full again within one window (a bound: the draft's `t` is
+   * the time until the quota is whole again, which a grant does not tell).
+   */
+  readonly grantedSuffix: string
   /**
    * The latest RateLimit item written for a grant, and the units remaining it states (NaN before
    * the first): reused while the count repeats, as it does under steady traffic, where each
-   * request finds its key's bucket refilled and leaves `floor(perSecond) - 1`.
+   * request finds its key's bucket refilled and leaves `floor(limit) - 1`.
    */
   granted = ''
   grantedRemaining = Number.NaN
+  /** The latest RateLimit item written for a refusal, and its wait in seconds (NaN before the first). */
+  refused = ''
+  refusedAfter = Number.NaN
   /** The latest RateLimit-Policy and RateLimit lists that ended with this pace's item. */
   readonly policyList: JoinedList = { list: '', item: '', joined: '' }
   readonly quotaList: JoinedList = { list: '', item: '', joined: '' }
 
   constructor (rule: PaceRule) {
     const name = sfString(rule.name)
-    this.public = rule.key === 'source'
-    this.policy = `${name};${quotaPolicy(rule.perSecond)}`
+    this.public = rule.key === 'source' || rule.key === 'client+source'
+    this.policy = `${name};${quotaPolicy(rule.limit, rule.window)}`
     this.quotaPrefix = `${name};r=`
-    this.spent = `${name};r=0;t=1`
+    this.grantedSuffix = `;t=${Math.ceil(rule.window)}`
   }
 
   /** The RateLimit item of a grant that left `remaining` units: the latest one written when it states as many. */
   grantedItem (remaining: number): string {
     if (remaining !== this.grantedRemaining) {
-      this.granted = `${this.quotaPrefix}${remaining};t=1`
+      this.granted = `${this.quotaPrefix}${remaining}${this.grantedSuffix}`
       this.grantedRemaining = remaining
     }
     return this.granted
   }
+
+  /** The RateLimit item of a refusal: nothing remaining, one unit back in `retryAfter` seconds; the latest one written when it says as much. */
+  refusedItem (retryAfter: number): string {
+    if (retryAfter !== this.refusedAfter) {
+      this.refused = `${this.quotaPrefix}0;t=${retryAfter}`
+      this.refusedAfter = retryAfter
+    }
+    return this.refused
+  }
 }
 
-/** A unit a request holds, as the headers need it: the pace's items and what the grant left. */
+/** The pace that refused a request, for its quota item, and the Retry-After it answered. */
+export interface RefusedBy {
+  readonly quota: QuotaItems
+  readonly retryAfter: number
+}
+
+/** A unit a request holds, as the headers need it: the pace's items, how it is spent and what the grant left. */
 export interface QuotaHolding {
   readonly quota: QuotaItems
+  readonly spend: PaceSpend
   readonly reservation: { readonly remaining: number }
 }
 
 /**
- * Writes RateLimit-Policy and RateLimit for the units `held`: public quotas always, the others
- * (which a stranger naming a client must not read) only when `showPrivate`. A public pace that
- * refused the request, `refusedBy`, is listed last with nothing remaining.
+ * Writes RateLimit-Policy and RateLimit for the units `held`. With the exchange's `outcome`, the
+ * handler has answered: public quotas always, the others (which a stranger naming a client must
+ * not read) only when it was accepted, and a unit that the outcome refunds counts as back in its
+ * bucket. Without one (null), the plugin answers before the handler: public quotas only, as
+ * taken. A public pace that refused the request, `refusedBy`, is listed last with nothing
+ * remaining.
  */
-export function writeQuota (reply: FastifyReply, held: readonly QuotaHolding[], showPrivate: boolean, refusedBy: QuotaItems | null): void {
+export function writeQuota (reply: FastifyReply, held: readonly QuotaHolding[], outcome: PaceOutcome | null, refusedBy: RefusedBy | null): void {
   let policy = ''
   let quota = ''
-  for (const { quota: items, reservation } of held) {
-    if (!showPrivate && !items.public) continue
+  for (const { quota: items, spend, reservation } of held) {
+    if (outcome !== 'accepted' && !items.public) continue
+    const remaining = outcome !== null && refundedOn(outcome, spend) ? reservation.remaining + 1 : reservation.remaining
     policy = listItem(policy, items.policy, items.policyList)
-    quota = listItem(quota, items.grantedItem(reservation.remaining), items.quotaList)
+    quota = listItem(quota, items.grantedItem(remaining), items.quotaList)
   }
-  if (refusedBy !== null && refusedBy.public) {
-    policy = listItem(policy, refusedBy.policy, refusedBy.policyList)
-    quota = listItem(quota, refusedBy.spent, refusedBy.quotaList)
+  if (refusedBy !== null && refusedBy.quota.public) {
+    const items = refusedBy.quota
+    policy = listItem(policy, items.policy, items.policyList)
+    quota = listItem(quota, items.refusedItem(refusedBy.retryAfter), items.quotaList)
   }
   if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
 }
@@ -99,14 +127,20 @@ function sfString (text: string): string {
 }
 
 /**
- * `q` and `w` of a RateLimit-Policy item. The draft wants an integer quota, so a fractional rate is
- * stated over the shortest whole window that makes it one (1.5/s is q=3;w=2), up to 1000 s; beyond
- * that, the whole units one second holds.
+ * `q` and `w` of a RateLimit-Policy item: `limit` per `window` seconds. The draft wants integers,
+ * so a fractional limit or window is stated over the shortest multiple that makes both whole (1.5
+ * per second is q=3;w=2), up to 1000 times; beyond that, the whole units of one window, over its
+ * whole seconds.
  */
-function quotaPolicy (perSecond: number): string {
-  for (let window = 1; window <= 1000; window++) {
-    const quota = perSecond * window
-    if (Math.abs(quota - Math.round(quota)) < 1e-9) return `q=${Math.round(quota)};w=${window}`
+function quotaPolicy (limit: number, window: number): string {
+  for (let times = 1; times <= 1000; times++) {
+    const quota = limit * times
+    const seconds = window * times
+    if (isWhole(quota) && isWhole(seconds)) return `q=${Math.round(quota)};w=${Math.round(seconds)}`
   }
-  return `q=${Math.floor(perSecond)};w=1`
+  return `q=${Math.floor(limit)};w=${Math.max(1, Math.round(window))}`
+}
+
+function isWhole (value: number): boolean {
+  return Math.abs(value - Math.round(value)) < 1e-9
 }

@@ -3,7 +3,7 @@ import { Deadlines } from './deadlines.js'
 import type { Pace } from './pace.js'
 import { RedisPace } from './redis-pace.js'
 import { MAX_RATE, defineCommands, keyName, type PaceCommands, type RedisClientLike } from './redis-scripts.js'
-import type { PaceStore, SharedPace } from './store.js'
+import type { PaceBucket, PaceStore, SharedPace } from './store.js'
 
 export type { RedisClientLike } from './redis-scripts.js'
 
@@ -87,7 +87,11 @@ export class RedisStore implements PaceStore {
     this.outage = OUTAGE[whenUnavailable]
   }
 
-  pace (name: string, perSecond: number, local: Pace, log: FastifyBaseLogger): SharedPace {
+  pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace {
+    if (rate.window !== 1) {
+      throw new TypeError(`exchangepace: RedisStore paces one-second buckets (perSecond) only; pace ${JSON.stringify(name)} declares limit ${rate.limit} per window ${rate.window}`)
+    }
+    const perSecond = rate.limit
     if (perSecond > MAX_RATE) {
       throw new TypeError(`exchangepace: RedisStore counts rates up to ${MAX_RATE} per second exactly; pace ${JSON.stringify(name)} declares perSecond ${perSecond}`)
     }

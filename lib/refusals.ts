@@ -20,9 +20,9 @@ import type { PaceReservation } from './store.js'
 export function refuse (request: FastifyRequest, reply: FastifyReply, rule: PaceRule, quota: QuotaItems, reservation: PaceReservation,
   held: readonly QuotaHolding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object): void {
   const retryAfter = Math.max(1, Math.ceil(reservation.retryAfterMs / 1000))
-  const refusal: PaceRefusal = { statusCode: 429, name: rule.name, perSecond: rule.perSecond, retryAfterMs: reservation.retryAfterMs, retryAfter }
+  const refusal: PaceRefusal = { statusCode: 429, name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, retryAfterMs: reservation.retryAfterMs, retryAfter }
   noStore(reply.code(429).header('retry-after', retryAfter))
-  writeQuota(reply, held, false, quota)
+  writeQuota(reply, held, null, { quota, retryAfter })
   sendSerialized(reply, build(request, refusal))
 }
 

@@ -31,16 +31,21 @@ export class PaceRegistry {
     const keyKind = typeof rule.key === 'string' ? rule.key : 'function'
     const known = this.#paces.get(rule.name)
     if (known === undefined) {
-      const pace = new Pace({ perSecond: rule.perSecond, now: this.#now })
+      const pace = new Pace({ ...rule.rate, now: this.#now })
       this.#paces.set(rule.name, { pace, keyKind })
       return pace
     }
-    if (known.pace.perSecond !== rule.perSecond) {
-      throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is declared with perSecond ${known.pace.perSecond} elsewhere, got ${rule.perSecond}`)
+    if (known.pace.limit !== rule.limit || known.pace.window !== rule.window) {
+      throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is declared with ${rateText(known.pace)} elsewhere, got ${rateText(rule)}`)
     }
     if (known.keyKind !== keyKind) {
       throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is keyed by ${known.keyKind} elsewhere, got key ${keyKind}`)
     }
     return known.pace
   }
+}
+
+/** A rate as an error states it: `perSecond 10`, or `limit 10 per window 600` for a window other than a second. */
+function rateText ({ limit, window }: { limit: number, window: number }): string {
+  return window === 1 ? `perSecond ${limit}` : `limit ${limit} per window ${window}`
 }

@@ -24,6 +24,16 @@ export class KeyReaders {
   readonly source: KeyReader
   readonly #maxKeyLength: number
 
+  /**
+   * The key of `['client', 'source']`: the declared client id, then the source, apart by U+001F
+   * (INFORMATION SEPARATOR ONE), a control character that neither may contain, so that no two
+   * pairs share a key. Undefined when the request declares no client id.
+   */
+  readonly #pair: KeyReader = request => {
+    const client = this.client(request)
+    return client === undefined ? undefined : `${client}\u001f${this.source(request) as string}`
+  }
+
   constructor (ipv6Subnet: number, maxKeyLength: number, log: FastifyBaseLogger) {
     this.#maxKeyLength = maxKeyLength
     this.client = request => declaredClientId(request.headers.authorization, request.body, maxKeyLength)
@@ -44,6 +54,7 @@ export class KeyReaders {
     const { key } = rule
     if (key === 'client') return this.client
     if (key === 'source') return this.source
+    if (key === 'client+source') return this.#pair
     return customReader(key, rule.name, route, this.#maxKeyLength)
   }
 }

@@ -62,7 +62,7 @@ function reserveFrom (step: ReserveStep, start: number, ticket: PaceTicket<Holdi
     if (!hold(step, ticket, first, bound, key, bound.pace.reserve(key), request, reply)) return
   }
   if (step.commits) {
-    writeQuota(reply, ticket.held, false, null)
+    writeQuota(reply, ticket.held, null, null)
     ticket._settle()
   }
   next()

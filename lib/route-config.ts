@@ -1,4 +1,5 @@
 import type { FastifyRequest } from 'fastify'
+import type { PaceRate } from './pace.js'
 import type { PaceSpend } from './ticket.js'
 
 /**
@@ -6,26 +7,32 @@ import type { PaceSpend } from './ticket.js'
  * - `'client'`: the client id the request DECLARES (HTTP Basic, body `client_id`, client assertion
  *   `sub`), before anything verifies it. For token endpoints, with `spend: 'accepted'`.
  * - `'source'`: the source address (`request.ip`), IPv6 grouped by `ipv6Subnet`.
+ * - `['client', 'source']`: the declared client id and the source address together, the key of a
+ *   failure budget (`spend: 'rejected'`): a guesser spends its own pair, never the real client's.
+ *   A request that declares no client id takes nothing from it.
  * - a function: returns the key, or undefined to take nothing from this pace for that request.
  */
-export type PaceKey = 'client' | 'source' | ((request: FastifyRequest) => string | undefined)
+export type PaceKey = 'client' | 'source' | readonly ['client', 'source'] | ((request: FastifyRequest) => string | undefined)
 
-/** A route's pace, as written in `config.pace`. */
-export interface PaceRouteOptions {
-  /** Units each key may spend per second: per replica, or over all replicas with a shared store. A number from 1 to 999999999999. */
-  perSecond: number
+/** A key as a pace rule holds it: the kind of a built-in key, or the function. */
+export type PaceKeyKind = 'client' | 'source' | 'client+source' | ((request: FastifyRequest) => string | undefined)
+
+/** A route's pace, as written in `config.pace`: its rate (`perSecond`, or `limit` per `window` seconds), its key and how it is spent. */
+export type PaceRouteOptions = PaceRate & {
   key: PaceKey
   /**
    * `'accepted'`: only exchanges that took place spend; the unit is refunded when the handler sets
-   * `request.pace.outcome = 'rejected'` (the token endpoint). `'every'`: every request spends and
-   * nothing is refunded (the authorization endpoint).
+   * `request.pace.outcome = 'rejected'` (the token endpoint). `'rejected'`: only exchanges that did
+   * not take place spend; the unit is refunded unless the handler sets the outcome to `'rejected'`
+   * (a failure budget). `'every'`: every request spends and nothing is refunded (the authorization
+   * endpoint).
    */
   spend: PaceSpend
   /**
    * The table this pace keeps, shared by every route naming it. Default: the route URL (so GET,
    * HEAD and POST of one URL share it; a route at `/` under a prefix with the default
-   * `prefixTrailingSlash`: the prefix), followed by `#client`, `#source` or `#key` when the route
-   * declares several paces.
+   * `prefixTrailingSlash`: the prefix), followed, when the route declares several paces, by
+   * `#client`, `#source`, `#client+source` or `#key`, and `:rejected` for a failure budget.
    */
   name?: string | undefined
 }
@@ -33,8 +40,14 @@ export interface PaceRouteOptions {
 /** A pace of one route, checked and with its defaults filled in. */
 export interface PaceRule {
   readonly name: string
+  /** Units the bucket holds, refilled over `window` seconds. */
+  readonly limit: number
+  readonly window: number
+  /** `limit / window`: units refilled per second. */
   readonly perSecond: number
-  readonly key: PaceKey
+  /** The rate as the route declared it, for errors and descriptions. */
+  readonly rate: PaceRate
+  readonly key: PaceKeyKind
   readonly spend: PaceSpend
   /**
    * Reserved in onRequest, before the body is read, so that a request failing parsing or
@@ -45,13 +58,21 @@ export interface PaceRule {
 }
 
 /**
- * The highest rate a route may declare: its RateLimit-Policy quota (up to 1000 seconds of the
+ * The highest quota a route may declare: its RateLimit-Policy quota (up to 1000 windows of the
  * rate, for a fractional one) must stay an RFC 8941 integer, which has at most 15 digits.
  */
-const MAX_PER_SECOND = 999_999_999_999
+const MAX_QUOTA = 999_999_999_999
+
+/** The longest window, in seconds: a year. */
+const MAX_WINDOW = 365 * 24 * 3600
 
 /** Structured-field strings (RFC 8941) allow printable ASCII only; the name goes into headers. */
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/
+
+const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name']
+
+/** Reports a bad option: the route, where the option sits, what was expected and what came; `prefix` starts every error of the route. */
+type Fail = ((option: string, expected: string, value: unknown) => never) & { prefix: string }
 
 function describe (value: unknown): string {
   if (typeof value === 'function') return 'a function'
@@ -70,38 +91,29 @@ function describe (value: unknown): string {
  * TypeError naming the route, the option and the value.
  */
 export function paceRules (config: unknown, route: string, url: string): PaceRule[] {
-  const fail = (option: string, expected: string, value: unknown): never => {
-    throw new TypeError(`exchangepace: route ${route}: ${option} must be ${expected}, got ${describe(value)}`)
-  }
+  const prefix = `exchangepace: route ${route}: `
+  const fail: Fail = Object.assign((option: string, expected: string, value: unknown): never => {
+    throw new TypeError(`${prefix}${option} must be ${expected}, got ${describe(value)}`)
+  }, { prefix })
   const list = Array.isArray(config) ? config : [config]
   if (list.length === 0) fail('config.pace', 'a pace or a non-empty array of paces', config)
   const rules = list.map((entry: unknown, index): PaceRule => {
     const at = Array.isArray(config) ? `config.pace[${index}]` : 'config.pace'
-    if (entry === null || typeof entry !== 'object') return fail(at, 'an object { perSecond, key, spend, name? }', entry)
-    const { perSecond, key, spend, name, ...unknown } = entry as Record<string, unknown>
+    if (entry === null || typeof entry !== 'object') return fail(at, 'an object { perSecond or limit and window, key, spend, name? }', entry)
+    const options = entry as Record<string, unknown>
     // A misspelt option would otherwise be dropped without a word (a misspelt name, say, leaves the
     // pace its default name); one set to undefined says nothing, as a missing one does.
-    for (const [option, value] of Object.entries(unknown)) {
-      if (value !== undefined) throw new TypeError(`exchangepace: route ${route}: ${at}.${option} is not an option of a pace (perSecond, key, spend, name)`)
+    for (const [option, value] of Object.entries(options)) {
+      if (value !== undefined && !OPTIONS.includes(option)) throw new TypeError(`${prefix}${at}.${option} is not an option of a pace (${OPTIONS.join(', ')})`)
     }
-    if (typeof perSecond !== 'number' || !(perSecond >= 1 && perSecond <= MAX_PER_SECOND)) {
-      fail(`${at}.perSecond`, `a number from 1 to ${MAX_PER_SECOND}`, perSecond)
-    }
-    if (key !== 'client' && key !== 'source' && typeof key !== 'function') {
-      fail(`${at}.key`, "'client', 'source' or a function (request) => string | undefined", key)
-    }
-    if (spend !== 'accepted' && spend !== 'every') fail(`${at}.spend`, "'accepted' or 'every'", spend)
-    if (name !== undefined && (typeof name !== 'string' || !PRINTABLE_ASCII.test(name))) {
-      fail(`${at}.name`, 'a non-empty string of printable ASCII', name)
-    }
-    const defaultName = list.length === 1 ? url : `${url}#${typeof key === 'string' ? key : 'key'}`
-    if (name === undefined && !PRINTABLE_ASCII.test(defaultName)) {
-      fail(`${at}.name`, `given when the route's URL is not printable ASCII (the default name, ${JSON.stringify(defaultName)}, would go into headers)`, name)
-    }
+    const rate = checkRate(options, at, fail)
+    const key = checkKey(options.key, at, fail)
+    const spend = options.spend
+    if (spend !== 'accepted' && spend !== 'rejected' && spend !== 'every') fail(`${at}.spend`, "'accepted', 'rejected' or 'every'", spend)
     return {
-      name: (name as string | undefined) ?? defaultName,
-      perSecond: perSecond as number,
-      key: key as PaceKey,
+      name: checkName(options.name, defaultName(url, list.length, key, spend as PaceSpend), at, fail),
+      ...rate,
+      key,
       spend: spend as PaceSpend,
       early: key === 'source' && spend === 'every'
     }
@@ -112,4 +124,43 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
     names.add(rule.name)
   }
   return rules
+}
+
+/** The rate of a pace: `perSecond`, or `limit` with `window`, never both. */
+function checkRate (options: Record<string, unknown>, at: string, fail: Fail): Pick<PaceRule, 'limit' | 'window' | 'perSecond' | 'rate'> {
+  const { perSecond, limit, window } = options
+  if (perSecond === undefined && limit === undefined && window === undefined) throw new TypeError(`${fail.prefix}${at} declares no rate: give perSecond, or limit with window`)
+  if (perSecond !== undefined) {
+    if (limit !== undefined || window !== undefined) throw new TypeError(`${fail.prefix}${at} declares perSecond and ${limit !== undefined ? 'limit' : 'window'}: give perSecond, or limit with window, not both`)
+    if (typeof perSecond !== 'number' || !(perSecond >= 1 && perSecond <= MAX_QUOTA)) fail(`${at}.perSecond`, `a number from 1 to ${MAX_QUOTA}`, perSecond)
+    return { limit: perSecond as number, window: 1, perSecond: perSecond as number, rate: { perSecond: perSecond as number } }
+  }
+  if (typeof limit !== 'number' || !(limit >= 1 && limit <= MAX_QUOTA)) fail(`${at}.limit`, `a number from 1 to ${MAX_QUOTA}`, limit)
+  if (typeof window !== 'number' || !(window > 0 && window <= MAX_WINDOW)) fail(`${at}.window`, `a number of seconds > 0 and <= ${MAX_WINDOW} (a year)`, window)
+  return { limit: limit as number, window: window as number, perSecond: (limit as number) / (window as number), rate: { limit: limit as number, window: window as number } }
+}
+
+function checkKey (key: unknown, at: string, fail: Fail): PaceKeyKind {
+  if (key === 'client' || key === 'source' || typeof key === 'function') return key as PaceKeyKind
+  if (Array.isArray(key) && key.length === 2 && key[0] === 'client' && key[1] === 'source') return 'client+source'
+  return fail(`${at}.key`, "'client', 'source', ['client', 'source'] or a function (request) => string | undefined", key)
+}
+
+/**
+ * The default name of a pace: the route's URL when it is the route's only pace; otherwise the URL
+ * and what the pace counts (`/token#client`, `/token#client+source:rejected`).
+ */
+function defaultName (url: string, paces: number, key: PaceKeyKind, spend: PaceSpend): string {
+  if (paces === 1) return url
+  return `${url}#${typeof key === 'string' ? key : 'key'}${spend === 'rejected' ? ':rejected' : ''}`
+}
+
+function checkName (name: unknown, defaultName: string, at: string, fail: Fail): string {
+  if (name !== undefined && (typeof name !== 'string' || !PRINTABLE_ASCII.test(name))) {
+    fail(`${at}.name`, 'a non-empty string of printable ASCII', name)
+  }
+  if (name === undefined && !PRINTABLE_ASCII.test(defaultName)) {
+    fail(`${at}.name`, `given when the route's URL is not printable ASCII (the default name, ${JSON.stringify(defaultName)}, would go into headers)`, name)
+  }
+  return (name as string | undefined) ?? defaultName
 }

@@ -14,7 +14,30 @@ const PER_REPLICA = 'per replica'
 function keyDescription (rule: PaceRule): string {
   if (rule.key === 'client') return 'declared client id'
   if (rule.key === 'source') return 'source address'
+  if (rule.key === 'client+source') return 'declared client id and source address'
   return 'custom key'
+}
+
+/** What one unit of a pace is, and which outcome gives it back. */
+const COUNTED: Record<PaceRule['spend'], { what: string, refund: string }> = {
+  accepted: { what: 'requests', refund: ' (rejected exchanges are refunded)' },
+  rejected: { what: 'failed client authentications', refund: ' (accepted exchanges are refunded)' },
+  every: { what: 'requests', refund: ' (every request counts)' }
+}
+
+/** `second`, `10 minutes`, `hour`, `2 days`, `90 seconds`: a window in the largest unit that divides it. */
+function windowText (window: number): string {
+  for (const [unit, seconds] of [['day', 86400], ['hour', 3600], ['minute', 60], ['second', 1]] as const) {
+    if (window % seconds === 0) return window === seconds ? unit : `${window / seconds} ${unit}s`
+  }
+  return `${window} seconds`
+}
+
+/** `10 requests per second per source address (every request counts)` */
+function rateSentence (rule: PaceRule): string {
+  const { what, refund } = COUNTED[rule.spend]
+  const amount = rule.window === 1 ? rule.perSecond : rule.limit
+  return `${amount} ${what} per ${windowText(rule.window)} per ${keyDescription(rule)}${refund}`
 }
 
 /**
@@ -22,8 +45,7 @@ function keyDescription (rule: PaceRule): string {
  * the rate holds (per replica by default, or the shared store's).
  */
 function paceSentence (rules: readonly PaceRule[], store: PaceStore | undefined): string {
-  const parts = rules.map(rule => `${rule.perSecond} requests per second per ${keyDescription(rule)}` +
-    (rule.spend === 'accepted' ? ' (rejected exchanges are refunded)' : ' (every request counts)'))
+  const parts = rules.map(rateSentence)
   const holds = store === undefined
     ? `Each rate is ${PER_REPLICA}: N replicas admit up to N times it.`
     : `Each rate is ${store.scope}; while the store is unavailable, ${store.outage}.`
@@ -48,7 +70,7 @@ export function describeRoute (schema: RouteOptions['schema'], rules: readonly P
     description,
     'x-exchangepace': {
       scope,
-      paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, key: keyDescription(rule), spend: rule.spend }))
+      paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, key: keyDescription(rule), spend: rule.spend }))
     }
   }
   const response = own.response as Record<string, unknown> | undefined

@@ -21,8 +21,8 @@ import type { PaceTicket } from './ticket.js'
 export function beforeSend (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
   const ticket = request.pace as PaceTicket<Holding> | null
   if (ticket !== null) {
-    if (!ticket.refused) writeQuota(reply, ticket.held, ticket.outcome === 'accepted', null)
-    ticket._settle()
+    if (!ticket.refused) writeQuota(reply, ticket.held, ticket.outcome, null)
+    ticket._send()
   }
   next(null, payload)
 }

@@ -13,6 +13,12 @@ export interface PaceReservation {
   refund (): void
 }
 
+/** A pace's bucket: `limit` units, refilled continuously over `window` seconds. */
+export interface PaceBucket {
+  readonly limit: number
+  readonly window: number
+}
+
 /** One pace of a shared store, as the plugin uses it. */
 export interface SharedPace {
   /** Decides and debits in one step, in the shared store (or in the fallback it chose). Never rejects. */
@@ -32,8 +38,9 @@ export interface PaceStore {
    */
   readonly outage: string
   /**
-   * The pace `name` at `perSecond`. `local` is this replica's own pace of that name, for a store
-   * that falls back to it while it is unavailable; `log` is Fastify's logger.
+   * The pace `name`: a bucket of `rate.limit` units refilled over `rate.window` seconds. `local` is
+   * this replica's own pace of that name, for a store that falls back to it while it is
+   * unavailable; `log` is Fastify's logger. Throws a TypeError when the store cannot keep it.
    */
-  pace (name: string, perSecond: number, local: Pace, log: FastifyBaseLogger): SharedPace
+  pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace
 }

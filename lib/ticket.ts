@@ -1,10 +1,15 @@
 import type { PaceReservation } from './store.js'
 
 /** How a reservation is spent: see `PaceRouteOptions.spend`. */
-export type PaceSpend = 'accepted' | 'every'
+export type PaceSpend = 'accepted' | 'rejected' | 'every'
 
 /** What the route handler says happened: `'rejected'` when the exchange did not take place. */
 export type PaceOutcome = 'accepted' | 'rejected'
+
+/** Whether settlement refunds a unit spent `spend` when the outcome is `outcome`. */
+export function refundedOn (outcome: PaceOutcome, spend: PaceSpend): boolean {
+  return spend === 'accepted' ? outcome === 'rejected' : spend === 'rejected' && outcome === 'accepted'
+}
 
 /** One unit a request holds from one pace. */
 export interface HeldReservation {
@@ -19,16 +24,22 @@ export interface HeldReservation {
 /**
  * `request.pace` on a paced route: what the request holds and the outcome the handler reports.
  *
- * Settlement happens once. At settlement, when the outcome is `'rejected'`, every reservation spent
- * `'accepted'` is refunded; everything else stays spent. The plugin settles as the handler's answer
- * is handed to the connection (its onSend hook, after the route's own; an error answer already in
- * onError), whether or not the client is still there to read it: settling when the response
- * finishes (onResponse) would let a stranger decide, by hanging up or resetting an HTTP/2 stream,
- * whether a failed exchange counts against the client it named. A reply handed to the not-found
- * handler is settled as the 404 is sent (Fastify keeps the route's onSend hooks for it). A ticket
- * that is never settled (no answer, a hijacked reply) keeps its units spent. An
- * outcome set to `'rejected'` after settlement (by an error handler, which Fastify runs after
- * onError) refunds then: a refund is exact whenever it comes, and never given twice.
+ * Each unit is settled once, by the rule of its pace's `spend`:
+ * - `'accepted'` (an exchange): refunded when the outcome is `'rejected'`. It is settled when the
+ *   handler's answer is handed to the connection (the plugin's onSend hook, after the route's
+ *   own; an error answer already in onError), whether or not the client is still there to read
+ *   it: settling when the response finishes (onResponse) would let a stranger decide, by hanging
+ *   up or resetting an HTTP/2 stream, whether a failed exchange counts against the client it
+ *   named. An outcome set to `'rejected'` after that (by an error handler, which Fastify runs
+ *   after onError) refunds then: a refund is exact whenever it comes, and never given twice.
+ * - `'rejected'` (a failure budget): refunded when the outcome is `'accepted'` as the answer is
+ *   sent (onSend, after any error handler), so that an error handler may still report the
+ *   failure. An answer that never passes onSend (a hijacked reply, Fastify's last-resort error
+ *   answer) keeps it spent: what cannot be told a success counts as a failure.
+ * - `'every'`: never refunded.
+ * A reply handed to the not-found handler is settled as the 404 is sent (Fastify keeps the route's
+ * onSend hooks for it). A ticket that is never settled (no answer, a hijacked reply) keeps its
+ * units spent.
  */
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** The units this request holds, in the order they were taken. */
@@ -37,7 +48,10 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   refused = false
   #outcome: PaceOutcome = 'accepted'
   #settled = false
+  /** The exchanges' units were refunded (the outcome was `'rejected'` at or after settlement). */
   #refunded = false
+  /** How the failures' units were settled as the answer was sent: refunded (true), kept (false), or not yet (null). */
+  #failuresRefunded: boolean | null = null
 
   /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
   get outcome (): PaceOutcome {
@@ -49,7 +63,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
       throw new TypeError(`exchangepace: request.pace.outcome must be 'accepted' or 'rejected', got ${String(value)}`)
     }
     this.#outcome = value
-    if (value === 'rejected' && this.#settled) this.#refundAccepted()
+    if (value === 'rejected' && this.#settled) this.#refund('accepted')
   }
 
   /** Whether the reservations have been committed or refunded. */
@@ -67,30 +81,40 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
     this.held.length = first
   }
 
-  /** @internal Commits or refunds, once. */
+  /** @internal Commits or refunds the exchanges' units, once. */
   _settle (): void {
     if (this.#settled) return
     this.#settled = true
-    if (this.#outcome === 'rejected') this.#refundAccepted()
+    if (this.#outcome === 'rejected') this.#refund('accepted')
+  }
+
+  /** @internal The answer is being sent: settles the exchanges' units if that is still due, and the failures' units, once. */
+  _send (): void {
+    this._settle()
+    if (this.#failuresRefunded !== null) return
+    this.#failuresRefunded = this.#outcome === 'accepted'
+    if (this.#failuresRefunded) this.#refund('rejected')
   }
 
   /**
    * @internal A unit granted after settlement (a shared store answered after the request was, as on
-   * a handler timeout) is held and settled by the same rule: refunded at once if it is spent
-   * `'accepted'` and the exchange was rejected, and otherwise kept, unless the outcome becomes
-   * `'rejected'` later.
+   * a handler timeout) is held and settled by the same rule: refunded at once if its pace's rule
+   * has already refunded the others of its kind, and otherwise kept until it does.
    */
   _holdLate (held: Held): void {
     this.held.push(held)
-    if (this.#refunded && held.spend === 'accepted') held.reservation.refund()
+    const refunded = held.spend === 'accepted' ? this.#refunded : held.spend === 'rejected' && this.#failuresRefunded === true
+    if (refunded) held.reservation.refund()
   }
 
-  /** Refunds every reservation spent `'accepted'`, once. */
-  #refundAccepted (): void {
-    if (this.#refunded) return
-    this.#refunded = true
+  /** Refunds every unit spent `spend` (the exchanges' once, on the first call for them). */
+  #refund (spend: PaceSpend): void {
+    if (spend === 'accepted') {
+      if (this.#refunded) return
+      this.#refunded = true
+    }
     for (const held of this.held) {
-      if (held.spend === 'accepted') held.reservation.refund()
+      if (held.spend === spend) held.reservation.refund()
     }
   }
 }

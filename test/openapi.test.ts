@@ -31,8 +31,8 @@ t.test('the token route states both paces, their keys, and that they are per rep
   t.same(token['x-exchangepace'], {
     scope: 'per replica',
     paces: [
-      { name: '/token#client', perSecond: 5, key: 'declared client id', spend: 'accepted' },
-      { name: '/token#source', perSecond: 50, key: 'source address', spend: 'every' }
+      { name: '/token#client', perSecond: 5, limit: 5, window: 1, key: 'declared client id', spend: 'accepted' },
+      { name: '/token#source', perSecond: 50, limit: 50, window: 1, key: 'source address', spend: 'every' }
     ]
   }, '@fastify/swagger copies the x- key of the route schema onto the operation')
 })
@@ -45,7 +45,7 @@ t.test('the authorization route states its per-source pace, per replica', async 
   t.match(authorize.description, 'per replica')
   t.same(authorize['x-exchangepace'], {
     scope: 'per replica',
-    paces: [{ name: '/authorize', perSecond: 10, key: 'source address', spend: 'every' }]
+    paces: [{ name: '/authorize', perSecond: 10, limit: 10, window: 1, key: 'source address', spend: 'every' }]
   })
 })
 

@@ -123,24 +123,24 @@ t.test('route config errors name the route, the option and the value', async t =
     [{ perSecond: Infinity, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got Infinity'],
     [{ perSecond: 1e12, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got 1000000000000'],
     [{ perSecond: 10n, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got 10'],
-    [{ key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got undefined'],
-    [{ perSecond: 10, key: 'ip', spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\' or a function (request) => string | undefined, got "ip"'],
-    [{ perSecond: 10, key: Symbol('client'), spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\' or a function (request) => string | undefined, got Symbol(client)'],
-    [{ perSecond: 10, key: 'client', spend: 'sometimes' }, 'route POST /token: config.pace.spend must be \'accepted\' or \'every\', got "sometimes"'],
-    [{ perSecond: 10, key: 'client' }, 'route POST /token: config.pace.spend must be \'accepted\' or \'every\', got undefined'],
+    [{ key: 'client', spend: 'accepted' }, 'route POST /token: config.pace declares no rate: give perSecond, or limit with window'],
+    [{ perSecond: 10, key: 'ip', spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'] or a function (request) => string | undefined, got "ip"'],
+    [{ perSecond: 10, key: Symbol('client'), spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'] or a function (request) => string | undefined, got Symbol(client)'],
+    [{ perSecond: 10, key: 'client', spend: 'sometimes' }, 'route POST /token: config.pace.spend must be \'accepted\', \'rejected\' or \'every\', got "sometimes"'],
+    [{ perSecond: 10, key: 'client' }, 'route POST /token: config.pace.spend must be \'accepted\', \'rejected\' or \'every\', got undefined'],
     [{ perSecond: 10, key: 'client', spend: 'accepted', name: '' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got ""'],
     [{ perSecond: 10, key: 'client', spend: 'accepted', name: 'pàce' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got "pàce"'],
     [{ perSecond: 10, key: 'client', spend: 'accepted', name: 'a\nb' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got "a\\nb"'],
     [{ perSecond: 10, key: 'client', spend: 'accepted', name: () => 'x' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got a function'],
     [{ perSecond: 10, key: 'client', spend: 'accepted', name: 7 }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got 7'],
-    ['10/s', 'route POST /token: config.pace must be an object { perSecond, key, spend, name? }, got "10/s"'],
-    [null, 'route POST /token: config.pace must be an object { perSecond, key, spend, name? }, got null'],
+    ['10/s', 'route POST /token: config.pace must be an object { perSecond or limit and window, key, spend, name? }, got "10/s"'],
+    [null, 'route POST /token: config.pace must be an object { perSecond or limit and window, key, spend, name? }, got null'],
     [circular(), 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got [object Object]'],
     [[], 'route POST /token: config.pace must be a pace or a non-empty array of paces, got []'],
-    [{ perSecond: 10, key: 'client', spend: 'accepted', nmae: 'token' }, 'route POST /token: config.pace.nmae is not an option of a pace (perSecond, key, spend, name)'],
-    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'every', max: 5 }], 'route POST /token: config.pace[1].max is not an option of a pace (perSecond, key, spend, name)'],
-    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, 5], 'route POST /token: config.pace[1] must be an object { perSecond, key, spend, name? }, got 5'],
-    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'never' }], 'route POST /token: config.pace[1].spend must be \'accepted\' or \'every\', got "never"']
+    [{ perSecond: 10, key: 'client', spend: 'accepted', nmae: 'token' }, 'route POST /token: config.pace.nmae is not an option of a pace (perSecond, limit, window, key, spend, name)'],
+    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'every', max: 5 }], 'route POST /token: config.pace[1].max is not an option of a pace (perSecond, limit, window, key, spend, name)'],
+    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, 5], 'route POST /token: config.pace[1] must be an object { perSecond or limit and window, key, spend, name? }, got 5'],
+    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'never' }], 'route POST /token: config.pace[1].spend must be \'accepted\', \'rejected\' or \'every\', got "never"']
   ]
   for (const [pace, message] of cases) {
     const app = await paced(t)
@@ -171,7 +171,7 @@ t.test('a route declared inside a later plugin fails ready() with the same error
   app.register(async function routes (app) {
     app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'later' as never } } }, ok)
   })
-  await t.rejects(async () => { await app.ready() }, { message: /route POST \/token: config\.pace\.spend must be 'accepted' or 'every', got "later"/ })
+  await t.rejects(async () => { await app.ready() }, { message: /route POST \/token: config\.pace\.spend must be 'accepted', 'rejected' or 'every', got "later"/ })
 })
 
 t.test('one name declared at two rates is a registration error naming the second route', async t => {
@@ -179,7 +179,7 @@ t.test('one name declared at two rates is a registration error naming the second
   app.post('/token', { config: { pace: { name: 'clients', perSecond: 10, key: 'client', spend: 'accepted' } } }, ok)
   t.throws(() => app.post('/introspect', { config: { pace: { name: 'clients', perSecond: 20, key: 'client', spend: 'accepted' } } }, ok), {
     name: 'TypeError',
-    message: 'exchangepace: route POST /introspect: pace "clients" is declared with perSecond 10 elsewhere, got 20'
+    message: 'exchangepace: route POST /introspect: pace "clients" is declared with perSecond 10 elsewhere, got perSecond 20'
   })
 })
 

@@ -1,7 +1,7 @@
 import t from 'tap'
 import type { FastifyInstance, RouteOptions } from 'fastify'
 import swagger from '@fastify/swagger'
-import { Pace, type PaceStore } from '../lib/index.js'
+import { Pace, type PaceBucket, type PaceStore } from '../lib/index.js'
 import { build, type TapTest } from './shared-behaviour.js'
 
 /**
@@ -69,9 +69,9 @@ t.test('several paces: one clause each, in order, with the key and the spend', a
   t.same(schema['x-exchangepace'], {
     scope: 'per replica',
     paces: [
-      { name: '/token#client', perSecond: 10, key: 'declared client id', spend: 'accepted' },
-      { name: '/token#source', perSecond: 50, key: 'source address', spend: 'every' },
-      { name: 'tenants', perSecond: 2.5, key: 'custom key', spend: 'accepted' }
+      { name: '/token#client', perSecond: 10, limit: 10, window: 1, key: 'declared client id', spend: 'accepted' },
+      { name: '/token#source', perSecond: 50, limit: 50, window: 1, key: 'source address', spend: 'every' },
+      { name: 'tenants', perSecond: 2.5, limit: 2.5, window: 1, key: 'custom key', spend: 'accepted' }
     ]
   })
 })
@@ -165,7 +165,7 @@ t.test('with a shared store the sentence and the extension state the store\'s sc
   const store: PaceStore = {
     scope: 'shared by all replicas',
     outage: 'it holds per replica',
-    pace: (_name: string, _perSecond: number, local: Pace) => ({ reserve: async (key: string) => local.reserve(key) })
+    pace: (_name: string, _rate: PaceBucket, local: Pace) => ({ reserve: async (key: string) => local.reserve(key) })
   }
   const { seen } = await schemas(t, app => {
     app.post('/token', { config: { pace: CLIENT } }, async () => ({}))
@@ -189,7 +189,7 @@ t.test('@fastify/swagger shows the sentence, the extension and the 429', async t
   const spec = app.swagger() as unknown as { paths: Record<string, Record<string, Record<string, unknown> & { responses: Record<string, unknown> }>> }
   const token = spec.paths['/token'].post
   t.equal(token.description, `Issues tokens. ${SENTENCE}`)
-  t.same(token['x-exchangepace'], { scope: 'per replica', paces: [{ name: '/token', perSecond: 10, key: 'declared client id', spend: 'accepted' }] })
+  t.same(token['x-exchangepace'], { scope: 'per replica', paces: [{ name: '/token', perSecond: 10, limit: 10, window: 1, key: 'declared client id', spend: 'accepted' }] })
   t.same(Object.keys(token.responses).sort(), ['200', '429'])
   t.equal(spec.paths['/plain'].get.description, 'Not paced.', 'an unpaced route is left as it is')
   t.notOk('x-exchangepace' in spec.paths['/plain'].get)

@@ -1,6 +1,6 @@
 import t from 'tap'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Pace, PaceStore } from '../lib/index.js'
+import type { Pace, PaceBucket, PaceStore } from '../lib/index.js'
 import { build, form, sharedBehaviour } from './shared-behaviour.js'
 
 // The store-independent behaviours on the in-memory default. The clock is frozen so that nothing
@@ -16,7 +16,7 @@ t.test('in-memory default', async t => {
 const asyncStore = (): PaceStore => ({
   scope: 'shared by all replicas',
   outage: 'it holds per replica',
-  pace: (_name: string, _perSecond: number, local: Pace) => ({
+  pace: (_name: string, _rate: PaceBucket, local: Pace) => ({
     reserve: async (key: string) => {
       await new Promise(resolve => setImmediate(resolve))
       return local.reserve(key)
@@ -32,7 +32,7 @@ t.test('a store whose reserve rejects, or throws: the request fails with 500 and
   const failing = (how: 'rejects' | 'throws'): PaceStore => ({
     scope: 'shared by all replicas',
     outage: 'it holds per replica',
-    pace: (name: string, _perSecond: number, local: Pace) => ({
+    pace: (name: string, _rate: PaceBucket, local: Pace) => ({
       reserve: (key: string) => {
         if (!name.startsWith('broken')) return Promise.resolve(local.reserve(key))
         if (how === 'throws') throw new Error('store down')
@@ -81,7 +81,7 @@ t.test('a unit the store grants after the request was answered (as by a handler 
     const slow: PaceStore = {
       scope: 'shared by all replicas',
       outage: 'it holds per replica',
-      pace: (_name: string, _perSecond: number, local: Pace) => ({
+      pace: (_name: string, _rate: PaceBucket, local: Pace) => ({
         reserve: (key: string) => new Promise(resolve => {
           answers.push(() => resolve(local.reserve(key)))
           // While the store decides, the request is answered elsewhere, as Fastify's handlerTimeout does.

@@ -72,7 +72,7 @@ t.test('through outages and returns, the units a replica keeps never exceed perS
     const redis = new SimulatedRedis(new Pace({ perSecond, now: clock }))
     // retryMs this small: every request tries Redis, so each outage and return takes effect at once.
     const store = new RedisStore({ client: redis, retryMs: 1e-9 })
-    const pace = store.pace('/token', perSecond, new Pace({ perSecond, now: clock }), quiet)
+    const pace = store.pace('/token', { limit: perSecond, window: 1 }, new Pace({ perSecond, now: clock }), quiet)
     const kept = new Map<string, number[]>([['a', []], ['b', []]])
     for (const step of operations) {
       if (step.kind === 'advance') now += step.ms
@@ -97,7 +97,7 @@ t.test('while Redis answers, one replica on the store decides every request as o
     let now = 0
     const clock = (): number => now
     const store = new RedisStore({ client: new SimulatedRedis(new Pace({ perSecond, now: clock })) })
-    const pace = store.pace('/token', perSecond, new Pace({ perSecond, now: clock }), quiet)
+    const pace = store.pace('/token', { limit: perSecond, window: 1 }, new Pace({ perSecond, now: clock }), quiet)
     const reference = new Pace({ perSecond, now: clock })
     for (const step of requests) {
       now += step.ms
@@ -119,7 +119,7 @@ t.test('replicas sharing Redis keep at most perSecond x (1 + w) in any window of
     let now = 0
     const clock = (): number => now
     const redis = new SimulatedRedis(new Pace({ perSecond, now: clock }))
-    const replicas = [0, 1, 2].map(() => new RedisStore({ client: redis }).pace('/token', perSecond, new Pace({ perSecond, now: clock }), quiet))
+    const replicas = [0, 1, 2].map(() => new RedisStore({ client: redis }).pace('/token', { limit: perSecond, window: 1 }, new Pace({ perSecond, now: clock }), quiet))
     const kept: number[] = []
     for (const step of requests) {
       now += step.ms

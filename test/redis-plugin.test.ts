@@ -124,7 +124,7 @@ if (client !== null) {
     const app = await tokenServer(store)
     t.teardown(() => app.close())
     const local = app.pace.get('/token')!
-    const shared = store.pace('/token', 5, local, app.log)
+    const shared = store.pace('/token', { limit: 5, window: 1 }, local, app.log)
 
     server.kill('SIGKILL')
     await once(server, 'exit')

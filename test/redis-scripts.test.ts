@@ -15,7 +15,7 @@ if (client !== null) {
     const prefix = uniquePrefix(label)
     // 'closed': no pace in memory goes first, so every decision is the script's.
     const store = new RedisStore({ client, prefix, timeoutMs: 1000, whenUnavailable: 'closed' })
-    const pace = store.pace('p', perSecond, new Pace({ perSecond }), silent)
+    const pace = store.pace('p', { limit: perSecond, window: 1 }, new Pace({ perSecond }), silent)
     return { pace, store, redisKey: (key: string) => `${prefix}p:${key}` }
   }
 
@@ -213,8 +213,8 @@ if (client !== null) {
   t.test('replicas declaring different rates for one pace (a deploy changing perSecond) share its bucket, as far from full in time', async t => {
     const prefix = uniquePrefix('rates')
     const store = new RedisStore({ client, prefix, timeoutMs: 1000 })
-    const slow = store.pace('p', 5, new Pace({ perSecond: 5 }), silent)
-    const fast = store.pace('p', 10, new Pace({ perSecond: 10 }), silent)
+    const slow = store.pace('p', { limit: 5, window: 1 }, new Pace({ perSecond: 5 }), silent)
+    const fast = store.pace('p', { limit: 10, window: 1 }, new Pace({ perSecond: 10 }), silent)
     const granted = [0, 0]
     let slowGrant: unknown = null
     // Sent together, alternating: one connection, so Redis runs them in this order within a
@@ -315,7 +315,7 @@ if (client !== null) {
   t.test('an answer that came while the event loop was stalled past timeoutMs counts: no outage', async t => {
     const prefix = uniquePrefix('stall')
     const store = new RedisStore({ client, prefix, timeoutMs: 50 })
-    const pace = store.pace('p', 10, new Pace({ perSecond: 10 }), silent)
+    const pace = store.pace('p', { limit: 10, window: 1 }, new Pace({ perSecond: 10 }), silent)
     ;(await pace.reserve('warm')).refund() // loads the script: one round trip from now on
     const pending = pace.reserve('c')
     // ioredis writes auto-pipelined commands from a setImmediate, queued before this one: once it

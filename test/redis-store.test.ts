@@ -71,7 +71,7 @@ function setup (options: Partial<ConstructorParameters<typeof RedisStore>[0]> = 
   let now = 0
   const local = new Pace({ perSecond: 2, now: () => now })
   const { log, lines } = recordingLog()
-  const pace = store.pace('/token', 2, local, log)
+  const pace = store.pace('/token', { limit: 2, window: 1 }, local, log)
   return { client, store, local, pace, log, lines, clock: () => now, tick: (ms: number) => { now += ms } }
 }
 
@@ -90,8 +90,8 @@ t.test('constructor rejects what is not an ioredis client or a valid option, nam
 t.test('a pace above the rate the scripts count exactly is refused when its route is added, naming it', async t => {
   const { store, local } = setup()
   const log = recordingLog().log
-  t.throws(() => store.pace('/token', 2 ** 21 + 1, local, log), { name: 'TypeError', message: 'exchangepace: RedisStore counts rates up to 2097152 per second exactly; pace "/token" declares perSecond 2097153' })
-  t.doesNotThrow(() => store.pace('/token', 2 ** 21, local, log))
+  t.throws(() => store.pace('/token', { limit: 2 ** 21 + 1, window: 1 }, local, log), { name: 'TypeError', message: 'exchangepace: RedisStore counts rates up to 2097152 per second exactly; pace "/token" declares perSecond 2097153' })
+  t.doesNotThrow(() => store.pace('/token', { limit: 2 ** 21, window: 1 }, local, log))
 })
 
 t.test('the store loads one script per operation and keys buckets as prefix + name + ":" + key', async t => {
@@ -110,9 +110,9 @@ t.test('a pace name keeps no ":" in Redis keys, so two paces never share one', a
   const { client, store, local } = setup()
   const log = recordingLog().log
   const pending = [
-    store.pace('/a', 2, local, log).reserve('b:c'),
-    store.pace('/a:b', 2, local, log).reserve('c'),
-    store.pace('/clients/:id/100%', 2, local, log).reserve('x')
+    store.pace('/a', { limit: 2, window: 1 }, local, log).reserve('b:c'),
+    store.pace('/a:b', { limit: 2, window: 1 }, local, log).reserve('c'),
+    store.pace('/clients/:id/100%', { limit: 2, window: 1 }, local, log).reserve('x')
   ]
   t.same(client.reserves.map(c => c.key), ['exchangepace:/a:b:c', 'exchangepace:/a%3Ab:c', 'exchangepace:/clients/%3Aid/100%25:x'])
   for (const call of client.reserves) call.resolve(100)
@@ -230,7 +230,7 @@ t.test('a logger that throws does not leave the request waiting', async t => {
   const logged = () => {
     const client = new ScriptedClient()
     const store = new RedisStore({ client, timeoutMs: 20, retryMs: 1 })
-    return { client, pace: store.pace('/token', 2, new Pace({ perSecond: 2, now: () => 0 }), throwing) }
+    return { client, pace: store.pace('/token', { limit: 2, window: 1 }, new Pace({ perSecond: 2, now: () => 0 }), throwing) }
   }
 
   const failing = logged()
@@ -255,7 +255,7 @@ t.test('a logger that throws does not leave the request waiting', async t => {
 
 t.test('after an outage, answers for another pace sweep a fallback no request reserves from any more', async t => {
   const { client, store, local, pace, log, clock, tick } = setup({ retryMs: 1 })
-  const other = store.pace('/authorize', 2, new Pace({ perSecond: 2, now: clock }), log)
+  const other = store.pace('/authorize', { limit: 2, window: 1 }, new Pace({ perSecond: 2, now: clock }), log)
   const first = pace.reserve('reporting')
   client.reserves[0].reject(new Error('ECONNREFUSED'))
   t.ok((await first).granted)
@@ -281,11 +281,11 @@ t.test('each answer tidies one pace in turn; a pace whose memory holds no rows i
     client.reserves[client.reserves.length - 1].resolve([1, 7000, 1, 7000])
     t.ok((await reserving).granted)
   }
-  for (const [i, memory] of memories.entries()) await answered(store.pace(`/closed-${i}`, 2, memory, log), 'reporting')
+  for (const [i, memory] of memories.entries()) await answered(store.pace(`/closed-${i}`, { limit: 2, window: 1 }, memory, log), 'reporting')
   t.same(memories.map(memory => memory.size), [1, 1, 1], 'each pace holds a row: all three are tracked')
   tick(1000) // their rows have refilled; no request comes for them again (their apps closed)
   tidied.fill(0)
-  const open = store.pace('/open', 2, new Pace({ perSecond: 2, now: clock }), log)
+  const open = store.pace('/open', { limit: 2, window: 1 }, new Pace({ perSecond: 2, now: clock }), log)
   for (let i = 0; i < 20; i++) await answered(open, `client-${i}`)
   t.same(memories.map(memory => memory.size), [0, 0, 0], 'swept by answers for another pace')
   t.same(tidied, [1, 1, 1], 'each tidied once, in turn, and then no more')
