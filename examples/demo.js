@@ -1,7 +1,8 @@
 // `npm run demo`: starts the example authorization server (examples/server.js) on a free port with
 // the default in-memory store, plays a short script against it over real HTTP, and prints what the
 // paces did. It takes about six seconds, most of it spent waiting for buckets to refill between
-// phases.
+// phases. The legitimate client calls from 127.0.0.1 and the guesser from 127.0.0.2 (Linux and
+// macOS route the whole 127.0.0.0/8 to the loopback interface).
 //
 // The columns count responses as the caller saw them, except "refunded", which is counted on the
 // server: a request whose handler marked the exchange rejected while it held a unit of the
@@ -9,6 +10,7 @@
 
 import { randomBytes } from 'node:crypto'
 import { realpathSync } from 'node:fs'
+import { request as httpRequest } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
@@ -17,6 +19,10 @@ import { buildServer } from './server.js'
 /** Registered in examples/server.js: 5 token requests a second per client id, 50 per source. */
 const CLIENT = { id: 'reporting', secret: 'reporting-secret', perSecond: 5 }
 const CLIENT_PACE = '/token#client'
+
+/** Where the legitimate client calls from, and where the guesser does. */
+const CLIENT_ADDRESS = '127.0.0.1'
+const GUESSER_ADDRESS = '127.0.0.2'
 
 /** Longer than one second, so that every bucket the previous phase used is full again. */
 const REFILL_PAUSE_MS = 1100
@@ -54,16 +60,17 @@ export async function runDemo ({ log = console.log } = {}) {
   const send = async (path, init = {}) => {
     const id = String(++sequence)
     const refunded = new Promise(resolve => settlements.set(id, resolve))
-    const response = await fetch(`${base}${path}`, { ...init, redirect: 'manual', headers: { ...init.headers, 'x-demo-request': id } })
-    return { status: response.status, body: await response.text(), refunded }
+    const response = await exchange(`${base}${path}`, { ...init, headers: { ...init.headers, 'x-demo-request': id } })
+    return { ...response, refunded }
   }
-  const askToken = (headers, form) => send('/token', {
+  const askToken = (from, headers, form) => send('/token', {
     method: 'POST',
+    from,
     headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
-    body: new URLSearchParams({ grant_type: 'client_credentials', ...form })
+    body: new URLSearchParams({ grant_type: 'client_credentials', ...form }).toString()
   })
-  const asLegitimateClient = () => askToken({ authorization: basic(CLIENT.id, CLIENT.secret) }, {})
-  const asStranger = (id) => askToken({}, { client_id: id, client_secret: randomBytes(8).toString('hex') })
+  const asLegitimateClient = () => askToken(CLIENT_ADDRESS, { authorization: basic(CLIENT.id, CLIENT.secret) }, {})
+  const asStranger = (id, from = CLIENT_ADDRESS) => askToken(from, {}, { client_id: id, client_secret: randomBytes(8).toString('hex') })
   const askAuthorization = () => send('/authorize?response_type=code&client_id=webapp&state=demo')
 
   const phases = []
@@ -97,8 +104,8 @@ export async function runDemo ({ log = console.log } = {}) {
     for (const [path, operations] of Object.entries(spec.paths)) {
       const paced = Object.entries(operations).filter(([, operation]) => 'x-exchangepace' in operation)
       for (const [method, { 'x-exchangepace': statement }] of paced) {
-        const stated = statement.paces.map(p => `${p.perSecond}/s per ${p.key} (${p.name}, spend ${p.spend})`).join('; ')
-        log(`  ${method.toUpperCase()} ${path}: ${stated}, ${statement.scope}`)
+        log(`  ${method.toUpperCase()} ${path}, ${statement.scope}:`)
+        for (const p of statement.paces) log(`    ${rate(p)} per ${p.key} (${p.name}, spend ${p.spend})`)
       }
     }
     log('')
@@ -113,12 +120,12 @@ export async function runDemo ({ log = console.log } = {}) {
     })
     await sleep(REFILL_PAUSE_MS)
 
-    await phase(`a stranger names ${CLIENT.id}, wrong secret, 30 times`, async () => {
+    await phase(`a guesser at ${GUESSER_ADDRESS} tries 30 secrets of ${CLIENT.id}`, async () => {
       const answers = []
-      for (let i = 0; i < 30; i++) answers.push(await asStranger(CLIENT.id))
+      for (let i = 0; i < 30; i++) answers.push(await asStranger(CLIENT.id, GUESSER_ADDRESS))
       return answers
     })
-    await phase(`${CLIENT.id} right after: 5 at once`, () =>
+    await phase(`${CLIENT.id}, from ${CLIENT_ADDRESS}, right after: 5 at once`, () =>
       Promise.all(Array.from({ length: 5 }, asLegitimateClient)))
     await sleep(REFILL_PAUSE_MS)
 
@@ -132,7 +139,7 @@ export async function runDemo ({ log = console.log } = {}) {
     await phase('/authorize: 15 at once from one address', () =>
       Promise.all(Array.from({ length: 15 }, askAuthorization)))
 
-    const rows = app.pace.names().map(name => ({ name, perSecond: app.pace.get(name).perSecond, rows: app.pace.get(name).size }))
+    const rows = app.pace.names().map(name => ({ name, limit: app.pace.get(name).limit, window: app.pace.get(name).window, rows: app.pace.get(name).size }))
     printReport(log, phases, rows)
     return { phases, rows }
   } finally {
@@ -151,17 +158,41 @@ function printReport (log, phases, rows) {
   log('')
   log('granted:  answered 2xx (or /authorize\'s 302 with a code)')
   log('rejected: answered 4xx other than 429 (here: 401 invalid_client, the wrong secret)')
-  log('limited:  answered 429 by a pace, with Retry-After; the handler did not run. In the flood they')
-  log('          come from /token#source: one address gets 50 token requests a second, whatever ids it names')
+  log('limited:  answered 429 by a pace, with Retry-After; the handler did not run. The guesser\'s come from')
+  log('          /token#client+source:rejected: 10 failures per 10 minutes for one client id from one address;')
+  log('          the flood\'s from /token#source: one address gets 50 token requests a second, whatever ids it names')
   log(`refunded: units of ${CLIENT_PACE} given back because the handler flagged the exchange rejected`)
   log(`client rows: live rows in ${CLIENT_PACE} after the phase (a row exists only for a key that spent)`)
   log('')
   log('live rows left in each pace:')
   const nameWidth = Math.max(...rows.map(r => r.name.length)) + 2
-  for (const r of rows) log(`  ${r.name.padEnd(nameWidth)}${`${r.perSecond}/s`.padStart(6)}${String(r.rows).padStart(6)}`)
+  for (const r of rows) log(`  ${r.name.padEnd(nameWidth)}${rate(r).padStart(12)}${String(r.rows).padStart(6)}`)
   const named = phases.reduce((sum, p) => sum + p.refunded, 0)
   log(`Only ${CLIENT.id} spent from ${CLIENT_PACE} in the last second; the ${named} refunded requests, which named`)
-  log('client ids without their secrets, left no row behind.')
+  log('client ids without their secrets, left no row there. Their failures are kept, one row per id and')
+  log('address, for as long as the budget takes to refill.')
+}
+
+/** `5/s`, or `10/600s` for a pace of a limit per window. */
+function rate ({ limit, window }) {
+  return window === 1 ? `${limit}/s` : `${limit}/${window}s`
+}
+
+/**
+ * One HTTP request from the loopback address `from` (node:http: fetch cannot choose its source
+ * address): the status and the body. Redirects are not followed.
+ */
+function exchange (url, { method = 'GET', from, headers = {}, body }) {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(url, { method, headers, localAddress: from }, response => {
+      let text = ''
+      response.setEncoding('utf8')
+      response.on('data', chunk => { text += chunk })
+      response.on('end', () => resolve({ status: response.statusCode, body: text }))
+    })
+    request.on('error', reject)
+    request.end(body)
+  })
 }
 
 /** True when this file is the program node was started with (`node examples/demo.js`). */

@@ -1,7 +1,9 @@
 // An example OAuth 2.0 authorization server paced by exchangepace.
 //
-//   POST /token       client_credentials, with client_secret_basic or client_secret_post
-//                     paced per declared client id (5/s, refunded when authentication fails)
+//   POST /token       client_credentials, with client_secret_basic or client_secret_post,
+//                     paced three ways (TOKEN_PACES below): per declared client id (5/s,
+//                     refunded when authentication fails), a failure budget per declared
+//                     client id and source address (10 failed authentications per 10 minutes),
 //                     and per source address (50/s, every request counts)
 //   GET  /authorize   the authorization endpoint, paced per source address (10/s)
 //   GET  /openapi.json
@@ -163,16 +165,26 @@ function oauthErrorHandler (error, _request, reply) {
   return sendOAuth(reply, statusCode, { error: 'server_error', error_description: 'the server could not complete the request' })
 }
 
+/**
+ * The token endpoint's paces, as the README recommends them. The failure budget comes first: a
+ * guesser whose budget is spent is refused before it touches the client's own pace.
+ */
+export const TOKEN_PACES = [
+  // Failed client authentications per (declared client id, source address): guessing a secret is
+  // slow, and the real client, calling from its own addresses, never meets the guesser's budget.
+  { limit: 10, window: 600, key: ['client', 'source'], spend: 'rejected' },
+  // Exchanges per declared client id: only accepted exchanges spend, so a stranger naming a client
+  // cannot spend its pace.
+  { perSecond: 5, key: 'client', spend: 'accepted' },
+  // A ceiling per source address on every request, whatever it names.
+  { perSecond: 50, key: 'source', spend: 'every' }
+]
+
 async function routes (app) {
   app.setErrorHandler(oauthErrorHandler)
 
   app.post('/token', {
-    config: {
-      pace: [
-        { perSecond: 5, key: 'client', spend: 'accepted' },
-        { perSecond: 50, key: 'source', spend: 'every' }
-      ]
-    },
+    config: { pace: TOKEN_PACES },
     schema: {
       summary: 'Token endpoint',
       description: 'Issues access tokens for the client_credentials grant (RFC 6749 section 4.4). The client authenticates with HTTP Basic (client_secret_basic) or with client_id and client_secret in the body (client_secret_post).',
@@ -199,7 +211,7 @@ async function routes (app) {
           required: ['access_token', 'token_type', 'expires_in']
         },
         400: { description: 'invalid_request, unsupported_grant_type, unauthorized_client or invalid_scope', ...oauthError },
-        401: { description: 'invalid_client: client authentication failed (the unit is refunded)', ...oauthError }
+        401: { description: 'invalid_client: client authentication failed (the client\'s unit is refunded; the failure is counted against the client id and source address)', ...oauthError }
       }
     }
   }, token)
@@ -264,6 +276,8 @@ export function curlLines (base) {
     `curl -i -d grant_type=client_credentials -d client_id=reporting -d client_secret=reporting-secret ${base}/token`,
     '# a wrong secret: 401 invalid_client, and the unit goes back to "reporting"',
     `curl -i -u reporting:guess -d grant_type=client_credentials ${base}/token`,
+    '# 11 wrong secrets from one address: 10 answered 401, then 429 for 60 s (10 per 10 minutes)',
+    `for i in $(seq 11); do curl -s -o /dev/null -w '%{http_code}\\n' -u reporting:guess-$i -d grant_type=client_credentials ${base}/token; done`,
     '# more than 5 a second for one client: 429 with Retry-After',
     `for i in 1 2 3 4 5 6 7; do curl -s -o /dev/null -w '%{http_code}\\n' -u reporting:reporting-secret -d grant_type=client_credentials ${base}/token; done`,
     '# the authorization endpoint: a 302 back to the client',

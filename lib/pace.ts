@@ -138,7 +138,7 @@ export class Pace {
 
   constructor (options: PaceOptions) {
     const { limit, window } = checkRate(options ?? {})
-    const { now = monotonic } = options ?? {}
+    const { now = monotonic } = options
     if (typeof now !== 'function') {
       throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
     }

@@ -103,8 +103,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
    */
   _holdLate (held: Held): void {
     this.held.push(held)
-    const refunded = held.spend === 'accepted' ? this.#refunded : held.spend === 'rejected' && this.#failuresRefunded === true
-    if (refunded) held.reservation.refund()
+    if (held.spend === 'accepted' ? this.#refunded : this.#failuresRefunded === true && held.spend === 'rejected') held.reservation.refund()
   }
 
   /** Refunds every unit spent `spend` (the exchanges' once, on the first call for them). */

@@ -34,7 +34,7 @@ const program = runProgram()
 const lines: string[] = []
 const { phases, rows } = await runDemo({ log: (line: string) => lines.push(line) }) as {
   phases: Phase[]
-  rows: Array<{ name: string, perSecond: number, rows: number }>
+  rows: Array<{ name: string, limit: number, window: number, rows: number }>
 }
 const [atRate, stranger, afterStranger, flood, burst, authorize] = phases
 
@@ -50,10 +50,10 @@ t.test('the legitimate client gets its rate', async t => {
   t.equal(burst.refunded, 0)
 })
 
-t.test('a stranger naming the client with a wrong secret does not reduce its pace', async t => {
-  t.match(stranger, { sent: 30, granted: 0, rejected: 30, limited: 0, refunded: 30 }, 'every wrong secret is refunded')
-  t.equal(stranger.clientRows, 0, 'and leaves no row')
-  t.match(afterStranger, { sent: 5, granted: 5, limited: 0 }, 'the client still gets its full second right after')
+t.test('a guesser naming the client gets ten wrong secrets, and does not reduce the client\'s pace', async t => {
+  t.match(stranger, { sent: 30, granted: 0, rejected: 10, limited: 20, refunded: 10 }, 'ten failures, then 429 before any secret is checked; every failure refunded to the client')
+  t.equal(stranger.clientRows, 0, 'and leaves no row in the client\'s pace')
+  t.match(afterStranger, { sent: 5, granted: 5, limited: 0 }, 'the client, from its own address, still gets its full second right after')
 })
 
 t.test('a flood of random client ids leaves no rows', async t => {
@@ -74,10 +74,11 @@ t.test('the authorization endpoint spends per source', async t => {
 
 t.test('the rows left are those of the keys that spent', async t => {
   t.same(rows, [
-    { name: '/token#client', perSecond: 5, rows: 1 },
-    { name: '/token#source', perSecond: 50, rows: 1 },
-    { name: '/authorize', perSecond: 10, rows: 1 }
-  ])
+    { name: '/token#client+source:rejected', limit: 10, window: 600, rows: 1 + flood.rejected },
+    { name: '/token#client', limit: 5, window: 1, rows: 1 },
+    { name: '/token#source', limit: 50, window: 1, rows: 1 },
+    { name: '/authorize', limit: 10, window: 1, rows: 1 }
+  ], 'the failure budget keeps one row per id and address that failed: the guesser\'s, and each flooding id\'s')
 })
 
 t.test('the printed table shows every phase with its counts', async t => {

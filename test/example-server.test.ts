@@ -33,7 +33,7 @@ t.test('client_secret_basic and client_secret_post both get a token, and spend',
 })
 
 t.test('every failure of client authentication is refunded and leaves no row', async t => {
-  const { token, clientRows } = await server(t)
+  const { app, token, clientRows } = await server(t)
   const cases: Array<[string, Record<string, string>, string, number, string]> = [
     ['a wrong Basic secret', { ...form, authorization: basic('reporting', 'guess') }, 'grant_type=client_credentials', 401, 'invalid_client'],
     ['a Basic secret that does not decode', { ...form, authorization: basic('reporting', '100%') }, 'grant_type=client_credentials', 401, 'invalid_client'],
@@ -48,9 +48,26 @@ t.test('every failure of client authentication is refunded and leaves no row', a
     const response = await token(headers, payload)
     t.equal(response.statusCode, statusCode, what)
     t.equal(response.json().error, error, what)
-    t.equal(response.headers['ratelimit-policy'], '"/token#source";q=50;w=1', `${what}: only the source quota is shown`)
+    // The caller's own quotas only: its address's ceiling, and its failure budget for the id it named.
+    const failures = headers.authorization !== undefined || /client_id=/.test(payload) ? ', "/token#client+source:rejected";q=10;w=600' : ''
+    t.equal(response.headers['ratelimit-policy'], `"/token#source";q=50;w=1${failures}`, `${what}: only the caller's own quotas are shown`)
   }
   t.equal(clientRows(), 0)
+  t.equal(app.pace.get('/token#client+source:rejected')!.size, 2, 'the failures are kept, per named id and address: reporting and nobody')
+})
+
+t.test('a guesser gets ten wrong secrets per ten minutes from one address; the client, from its own, keeps its rate', async t => {
+  const { app } = await server(t)
+  const from = (address: string, secret: string) => app.inject({ method: 'POST', url: '/token', remoteAddress: address, headers: { ...form, authorization: basic('reporting', secret) }, payload: 'grant_type=client_credentials' })
+  const guesses = []
+  for (let i = 0; i < 12; i++) guesses.push((await from('203.0.113.9', `guess-${i}`)).statusCode)
+  t.same(guesses, [...Array(10).fill(401), 429, 429])
+  const refused = await from('203.0.113.9', 'reporting-secret')
+  t.equal(refused.statusCode, 429, 'even the right secret: the budget is spent before credentials are checked')
+  t.equal(refused.headers['retry-after'], '60')
+  const client = []
+  for (let i = 0; i < 6; i++) client.push((await from('198.51.100.7', 'reporting-secret')).statusCode)
+  t.same(client, [200, 200, 200, 200, 200, 429], 'its own 5 a second')
 })
 
 t.test('a failed Basic authentication is a 401 with a Basic challenge', async t => {

@@ -9,7 +9,7 @@ import { buildServer } from '../examples/server.js'
 interface Operation {
   description: string
   responses: Record<string, { description: string, content?: Record<string, { schema: { properties?: Record<string, unknown> } }> }>
-  'x-exchangepace'?: { scope: string, paces: Array<{ name: string, perSecond: number, key: string, spend: string }> }
+  'x-exchangepace'?: { scope: string, paces: Array<{ name: string, perSecond: number, limit: number, window: number, key: string, spend: string }> }
 }
 
 /** The example server on a clock that never moves, and its document; closed when `tt` ends. */
@@ -21,16 +21,18 @@ async function openapi (tt: typeof t) {
   return { app, spec: response.json() as { paths: Record<string, Record<string, Operation>> } }
 }
 
-t.test('the token route states both paces, their keys, and that they are per replica', async t => {
+t.test('the token route states its three paces, their keys, and that they are per replica', async t => {
   const { spec } = await openapi(t)
   const token = spec.paths['/token'].post
   t.match(token.description, /^Issues access tokens for the client_credentials grant/, 'the route keeps its own description first')
   t.match(token.description, '5 requests per second per declared client id (rejected exchanges are refunded)')
   t.match(token.description, '50 requests per second per source address (every request counts)')
+  t.match(token.description, '10 failed client authentications per 10 minutes per declared client id and source address (accepted exchanges are refunded)')
   t.match(token.description, 'per replica')
   t.same(token['x-exchangepace'], {
     scope: 'per replica',
     paces: [
+      { name: '/token#client+source:rejected', perSecond: 10 / 600, limit: 10, window: 600, key: 'declared client id and source address', spend: 'rejected' },
       { name: '/token#client', perSecond: 5, limit: 5, window: 1, key: 'declared client id', spend: 'accepted' },
       { name: '/token#source', perSecond: 50, limit: 50, window: 1, key: 'source address', spend: 'every' }
     ]

@@ -140,7 +140,18 @@ t.test('route config errors name the route, the option and the value', async t =
     [{ perSecond: 10, key: 'client', spend: 'accepted', nmae: 'token' }, 'route POST /token: config.pace.nmae is not an option of a pace (perSecond, limit, window, key, spend, name)'],
     [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'every', max: 5 }], 'route POST /token: config.pace[1].max is not an option of a pace (perSecond, limit, window, key, spend, name)'],
     [[{ perSecond: 10, key: 'client', spend: 'accepted' }, 5], 'route POST /token: config.pace[1] must be an object { perSecond or limit and window, key, spend, name? }, got 5'],
-    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'never' }], 'route POST /token: config.pace[1].spend must be \'accepted\', \'rejected\' or \'every\', got "never"']
+    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'never' }], 'route POST /token: config.pace[1].spend must be \'accepted\', \'rejected\' or \'every\', got "never"'],
+    [{ limit: 0.5, window: 1, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace.limit must be a number from 1 to 999999999999, got 0.5'],
+    [{ limit: 10, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace.window must be a number of seconds > 0 and <= 31536000 (a year), got undefined'],
+    [{ window: 600, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace.limit must be a number from 1 to 999999999999, got undefined'],
+    [{ limit: 10, window: 0, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace.window must be a number of seconds > 0 and <= 31536000 (a year), got 0'],
+    [{ limit: 10, window: 31536001, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace.window must be a number of seconds > 0 and <= 31536000 (a year), got 31536001'],
+    [{ limit: 10, window: '600', key: 'client', spend: 'rejected' }, 'route POST /token: config.pace.window must be a number of seconds > 0 and <= 31536000 (a year), got "600"'],
+    [{ perSecond: 10, limit: 10, window: 600, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace declares perSecond and limit: give perSecond, or limit with window, not both'],
+    [{ perSecond: 10, window: 600, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace declares perSecond and window: give perSecond, or limit with window, not both'],
+    [{ perSecond: 10, key: ['source', 'client'], spend: 'rejected' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'] or a function (request) => string | undefined, got ["source","client"]'],
+    [{ perSecond: 10, key: ['client'], spend: 'rejected' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'] or a function (request) => string | undefined, got ["client"]'],
+    [[{ limit: 10, window: 600, key: 'source', spend: 'rejected' }, { limit: 100, window: 86400, key: 'source', spend: 'rejected' }], 'route POST /token: config.pace must be paces with distinct names (two are named "/token#source:rejected"), got "/token#source:rejected"']
   ]
   for (const [pace, message] of cases) {
     const app = await paced(t)
@@ -181,13 +192,21 @@ t.test('one name declared at two rates is a registration error naming the second
     name: 'TypeError',
     message: 'exchangepace: route POST /introspect: pace "clients" is declared with perSecond 10 elsewhere, got perSecond 20'
   })
+  app.post('/failures', { config: { pace: { name: 'failures', limit: 10, window: 600, key: ['client', 'source'], spend: 'rejected' } } }, ok)
+  t.throws(() => app.post('/other-failures', { config: { pace: { name: 'failures', limit: 10, window: 60, key: ['client', 'source'], spend: 'rejected' } } }, ok), {
+    message: 'exchangepace: route POST /other-failures: pace "failures" is declared with limit 10 per window 600 elsewhere, got limit 10 per window 60'
+  })
+  app.post('/same-failures', { config: { pace: { name: 'failures', limit: 10, window: 600, key: ['client', 'source'], spend: 'rejected' } } }, ok)
+  app.post('/per-second', { config: { pace: { name: 'clients', limit: 10, window: 1, key: 'client', spend: 'accepted' } } }, ok)
+  t.same(app.pace.names(), ['clients', 'failures'], 'the same bucket, written either way, is the same pace')
 })
 
 t.test('one name declared for two kinds of key is a registration error', async t => {
   const cases: Array<[PaceRouteOptions['key'], PaceRouteOptions['key'], string]> = [
     ['client', 'source', 'keyed by client elsewhere, got key source'],
     ['source', () => 'x', 'keyed by source elsewhere, got key function'],
-    [() => 'x', 'client', 'keyed by function elsewhere, got key client']
+    [() => 'x', 'client', 'keyed by function elsewhere, got key client'],
+    [['client', 'source'], 'client', 'keyed by client+source elsewhere, got key client']
   ]
   for (const [first, second, message] of cases) {
     const app = await paced(t)

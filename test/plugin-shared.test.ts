@@ -1,6 +1,6 @@
 import t from 'tap'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Pace, PaceBucket, PaceStore } from '../lib/index.js'
+import type { Pace, PaceBucket, PaceSpend, PaceStore } from '../lib/index.js'
 import { build, form, sharedBehaviour } from './shared-behaviour.js'
 
 // The store-independent behaviours on the in-memory default. The clock is frozen so that nothing
@@ -75,8 +75,9 @@ t.test('a store whose reserve rejects, or throws: the request fails with 500 and
 
 t.test('a unit the store grants after the request was answered (as by a handler timeout) is settled as the ticket was, and the handler does not run', async t => {
   /** A route whose store answers when the test says, after the request has been answered 503. */
-  async function answeredFirst (tt: typeof t, spend: 'accepted' | 'every') {
+  async function answeredFirst (tt: typeof t, spend: PaceSpend) {
     const answers: Array<() => void> = []
+    const flags = { rejectOnAnswer: false }
     const requests: FastifyRequest[] = []
     const slow: PaceStore = {
       scope: 'shared by all replicas',
@@ -85,7 +86,10 @@ t.test('a unit the store grants after the request was answered (as by a handler 
         reserve: (key: string) => new Promise(resolve => {
           answers.push(() => resolve(local.reserve(key)))
           // While the store decides, the request is answered elsewhere, as Fastify's handlerTimeout does.
-          queueMicrotask(() => { replies[replies.length - 1].code(503).send({ error: 'temporarily_unavailable' }) })
+          queueMicrotask(() => {
+            if (flags.rejectOnAnswer) requests[requests.length - 1].pace!.outcome = 'rejected'
+            replies[replies.length - 1].code(503).send({ error: 'temporarily_unavailable' })
+          })
         })
       })
     }
@@ -109,7 +113,7 @@ t.test('a unit the store grants after the request was answered (as by a handler 
       answers[answers.length - 1]()
       await new Promise(resolve => setImmediate(resolve))
     }
-    return { size: () => app.pace.get('/token')!.size, post, answer, ran: () => ran }
+    return { size: () => app.pace.get('/token')!.size, post, answer, ran: () => ran, flags }
   }
 
   t.test('spent \'accepted\': kept while the outcome is accepted, refunded once it is rejected, before or after', async t => {
@@ -124,6 +128,19 @@ t.test('a unit the store grants after the request was answered (as by a handler 
     rejectedFirst.outcome = 'rejected'
     await route.answer()
     t.equal(route.size(), 0, 'refunded at once: the exchange had been flagged rejected before the store answered')
+    t.equal(route.ran(), 0)
+  })
+
+  t.test('spent \'rejected\': refunded at once when the answer went out accepted, kept when it went out rejected', async t => {
+    const route = await answeredFirst(t, 'rejected')
+    const accepted = await route.post()
+    await route.answer()
+    t.equal(route.size(), 0, 'refunded: the 503 was sent with the outcome accepted')
+    t.same(accepted.held.map(held => [held.key, held.spend]), [['victim', 'rejected']], 'held by the ticket')
+    route.flags.rejectOnAnswer = true
+    await route.post()
+    await route.answer()
+    t.equal(route.size(), 1, 'kept: the answer went out rejected')
     t.equal(route.ran(), 0)
   })
 

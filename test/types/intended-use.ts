@@ -19,7 +19,7 @@ const options: ExchangePaceOptions = {
   maxKeyLength: 128,
   errorResponseBuilder: (request: FastifyRequest, refusal: PaceRefusal) => ({
     error: 'temporarily_unavailable',
-    error_description: `${request.url}: retry in ${refusal.retryAfter} s (${refusal.retryAfterMs} ms, ${refusal.perSecond}/s on ${refusal.name})`
+    error_description: `${request.url}: retry in ${refusal.retryAfter} s (${refusal.retryAfterMs} ms, ${refusal.limit} per ${refusal.window} s, ${refusal.perSecond}/s, on ${refusal.name})`
   })
 }
 await app.register(exchangePace, options)
@@ -30,6 +30,19 @@ await app.register(exchangePace, { now: undefined, ipv6Subnet: undefined, maxKey
 app.get('/unpaced', { config: { pace: undefined } }, async () => 'ok')
 app.get('/unnamed', { config: { pace: { perSecond: 1, key: 'source', spend: 'every', name: undefined } } }, async () => 'ok')
 export const unsetClock = new Pace({ perSecond: 1, now: undefined })
+export const budget: Pace = new Pace({ limit: 10, window: 600 })
+export const bucket: [number, number, number] = [budget.limit, budget.window, budget.perSecond]
+
+// The recommended token endpoint: a failure budget per (client id, source), exchanges per client
+// id, a ceiling per source; and a failure budget per source for guessers that spread over ids.
+const tokenPaces: PaceRouteOptions[] = [
+  { limit: 10, window: 600, key: ['client', 'source'], spend: 'rejected' },
+  { perSecond: 5, key: 'client', spend: 'accepted' },
+  { perSecond: 50, key: 'source', spend: 'every' },
+  { limit: 100, window: 86400, key: 'source', spend: 'rejected', name: 'guesses-per-address' }
+]
+app.post('/recommended', { config: { pace: tokenPaces } }, async () => 'ok')
+app.post('/inline-budget', { config: { pace: { limit: 3, window: 60, key: ['client', 'source'], spend: 'rejected', perSecond: undefined } } }, async () => 'ok')
 
 // One pace on a route, written inline.
 app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } } }, async (request, reply) => {

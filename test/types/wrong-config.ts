@@ -9,11 +9,26 @@ const handler = async () => ({ ok: true })
 // @ts-expect-error perSecond is a number, not a string
 app.post('/a', { config: { pace: { perSecond: '10', key: 'client', spend: 'accepted' } } }, handler)
 
-// @ts-expect-error spend is 'accepted' or 'every'
+// @ts-expect-error spend is 'accepted', 'rejected' or 'every'
 app.post('/b', { config: { pace: { perSecond: 10, key: 'client', spend: 'sometimes' } } }, handler)
 
-// @ts-expect-error key is 'client', 'source' or a function
+// @ts-expect-error key is 'client', 'source', ['client', 'source'] or a function
 app.post('/c', { config: { pace: { perSecond: 10, key: 'ip', spend: 'every' } } }, handler)
+
+// @ts-expect-error a window needs a limit
+app.post('/w1', { config: { pace: { window: 600, key: 'client', spend: 'rejected' } } }, handler)
+
+// @ts-expect-error a limit needs a window
+app.post('/w2', { config: { pace: { limit: 10, key: 'client', spend: 'rejected' } } }, handler)
+
+// @ts-expect-error perSecond, or limit with window, not both
+app.post('/w3', { config: { pace: { perSecond: 10, limit: 10, window: 600, key: 'client', spend: 'rejected' } } }, handler)
+
+// @ts-expect-error a rate is required
+app.post('/w4', { config: { pace: { key: 'client', spend: 'rejected' } } }, handler)
+
+// @ts-expect-error the pair is written ['client', 'source']
+app.post('/w5', { config: { pace: { limit: 10, window: 600, key: ['source', 'client'], spend: 'rejected' } } }, handler)
 
 // @ts-expect-error a pace is an object, not a string
 app.post('/d', { config: { pace: 'x' } }, handler)
