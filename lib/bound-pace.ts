@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
+import { keyName, type Observed } from './observer.js'
 import type { Pace } from './pace.js'
 import { QuotaItems } from './quota-headers.js'
 import type { PaceRegistry } from './registry.js'
@@ -6,8 +7,8 @@ import type { KeyReader, KeyReaders } from './request-keys.js'
 import type { PaceRule } from './route-config.js'
 import type { PaceStore, SharedPace } from './store.js'
 
-/** A route's pace bound to its table, with its key reader and header items built once. */
-export interface BoundPace {
+/** A route's pace bound to its table, with its key reader, header items and counts. */
+export interface BoundPace extends Observed {
   readonly rule: PaceRule
   /** This replica's pace of that name: the table itself, or a shared store's fallback. */
   readonly pace: Pace
@@ -30,9 +31,12 @@ export interface Binding {
  * to the store's. A pace the registry or the store refuses fails the route, named.
  */
 export function bindPace (rule: PaceRule, route: string, binding: Binding): BoundPace {
-  const pace = binding.registry._declare(rule, route)
+  const { pace, counts } = binding.registry._declare(rule, route)
   return {
     rule,
+    name: rule.name,
+    keyKind: keyName(rule.key),
+    counts,
     pace,
     shared: sharedPace(rule, pace, route, binding),
     readKey: binding.readers.of(rule, route),

@@ -1,4 +1,5 @@
 import type { FastifyRequest } from 'fastify'
+import type { PaceEvent } from './observer.js'
 import type { Clock } from './pace.js'
 import type { PaceStore } from './store.js'
 
@@ -16,6 +17,18 @@ export interface ExchangePaceOptions {
    * store (`RedisStore`) makes each rate hold over all replicas together.
    */
   store?: PaceStore | undefined
+  /**
+   * Called with each decision a pace makes that an operator may want to count or alert on: a
+   * refusal (429), a refund, a malformed key (400). Runs synchronously on the request's path; an
+   * error it throws is logged once per pace and ignored. Default: none.
+   */
+  onEvent?: ((event: PaceEvent, request: FastifyRequest) => void) | undefined
+  /**
+   * Log the keys of client paces (declared client ids, pairs, custom keys) with the plugin's log
+   * lines. Client ids can be personal data, so by default only source addresses are logged, as
+   * Fastify's own request log has them. Default: false.
+   */
+  logClientIds?: boolean | undefined
 }
 
 /** What `errorResponseBuilder` is told about a refusal. */
@@ -40,6 +53,8 @@ export interface CheckedOptions {
   readonly maxKeyLength: number
   readonly errorResponseBuilder: (request: FastifyRequest, refusal: PaceRefusal) => object
   readonly store: PaceStore | undefined
+  readonly onEvent: ((event: PaceEvent, request: FastifyRequest) => void) | undefined
+  readonly logClientIds: boolean
 }
 
 /** The body of a 429 unless `errorResponseBuilder` builds another: RFC 6749's error object. */
@@ -52,7 +67,7 @@ function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
 
 /** Checks the plugin's options and fills in defaults. Throws a TypeError naming the option and the value. */
 export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
-  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store } = options
+  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false } = options
   if (now !== undefined && typeof now !== 'function') throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
   if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
   if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
@@ -60,5 +75,7 @@ export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
   if (store !== undefined && (store === null || typeof store.pace !== 'function' || typeof store.scope !== 'string' || typeof store.outage !== 'string')) {
     throw new TypeError('exchangepace: store must be a PaceStore such as RedisStore')
   }
-  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store }
+  if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError(`exchangepace: onEvent must be a function, got ${typeof onEvent}`)
+  if (typeof logClientIds !== 'boolean') throw new TypeError(`exchangepace: logClientIds must be a boolean, got ${typeof logClientIds}`)
+  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds }
 }

@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin'
 import type { FastifyInstance, RouteOptions } from 'fastify'
 import { bindPace, type Binding } from './bound-pace.js'
+import { Observer } from './observer.js'
 import { checkOptions, type ExchangePaceOptions } from './options.js'
 import { PaceRegistry } from './registry.js'
 import { KeyReaders } from './request-keys.js'
@@ -45,6 +46,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   }
   const registry = new PaceRegistry(checked.now)
   const binding: Binding = { registry, readers: new KeyReaders(checked.ipv6Subnet, checked.maxKeyLength, fastify.log), store: checked.store, log: fastify.log }
+  const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer: new Observer(checked.onEvent, checked.logClientIds, fastify.log) }
   let pacedBySource = false
   fastify.decorate('pace', registry)
   fastify.decorateRequest('pace', null)
@@ -56,7 +58,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     const rules = paceRules(config, route, paceUrl(routeOptions))
     const bound = rules.map(rule => bindPace(rule, route, binding))
     pacedBySource ||= rules.some(rule => rule.key === 'source')
-    addHooks(routeOptions, bound.filter(b => b.rule.early), bound.filter(b => !b.rule.early), checked.errorResponseBuilder)
+    addHooks(routeOptions, bound.filter(b => b.rule.early), bound.filter(b => !b.rule.early), answering)
     // A serializer compiler of the app's own (a Zod type provider's) may reject a JSON Schema 429.
     const ownSerializer = routeOptions.serializerCompiler !== undefined || this.serializerCompiler !== undefined
     routeOptions.schema = describeRoute(routeOptions.schema, rules, checked.store, !ownSerializer)
@@ -70,20 +72,23 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   done()
 }
 
+/** What every reserving hook of the plugin instance shares: the 429 body's builder and the observer. */
+type Answering = Pick<ReserveStep, 'refusalBody' | 'observer'>
+
 /**
  * Puts the plugin's hooks before the route's own (reserving) and after them (settling): `early`
  * paces reserve in onRequest, `late` ones in preHandler; a route with late paces also settles in
  * onSend and onError. A route with early paces only commits in its onRequest hook and gets no
  * other (see `ReserveStep.commits`).
  */
-function addHooks (routeOptions: RouteOptions, early: ReserveStep['paces'], late: ReserveStep['paces'], refusalBody: ReserveStep['refusalBody']): void {
+function addHooks (routeOptions: RouteOptions, early: ReserveStep['paces'], late: ReserveStep['paces'], answering: Answering): void {
   const commits = late.length === 0
   if (early.length > 0) {
-    const step: ReserveStep = { paces: early, commits, refusalBody }
+    const step: ReserveStep = { paces: early, commits, ...answering }
     routeOptions.onRequest = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.onRequest)]
   }
   if (commits) return
-  const step: ReserveStep = { paces: late, commits: false, refusalBody }
+  const step: ReserveStep = { paces: late, commits: false, ...answering }
   routeOptions.preHandler = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.preHandler)]
   routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
   routeOptions.onError = [...hookList(routeOptions.onError), settleOnError]

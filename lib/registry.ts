@@ -1,12 +1,20 @@
+import { PaceCounts } from './observer.js'
 import { Pace, type Clock } from './pace.js'
 import type { PaceRule } from './route-config.js'
+
+/** A pace of the registry: its table, the kind of key it holds, and the counts of its decisions. */
+export interface Declared {
+  readonly pace: Pace
+  readonly keyKind: string
+  readonly counts: PaceCounts
+}
 
 /**
  * `fastify.pace`: the paces of this replica, one per name. Routes naming the same pace share its
  * table, so they must agree on its rate and on the kind of key stored in it.
  */
 export class PaceRegistry {
-  readonly #paces = new Map<string, { pace: Pace, keyKind: string }>()
+  readonly #paces = new Map<string, Declared>()
   readonly #now: Clock | undefined
 
   constructor (now: Clock | undefined) {
@@ -24,16 +32,26 @@ export class PaceRegistry {
   }
 
   /**
+   * What the pace named `name` has decided since the plugin registered (granted, refused,
+   * refunded, invalid), counted on this replica whatever the store; undefined when no route
+   * declared it. A copy: it does not change afterwards.
+   */
+  counts (name: string): PaceCounts | undefined {
+    const counts = this.#paces.get(name)?.counts
+    return counts === undefined ? undefined : Object.assign(new PaceCounts(), counts)
+  }
+
+  /**
    * @internal The pace of `rule`, created on first use. Throws a TypeError naming `route` when the
    * name is already taken at another rate or for another kind of key.
    */
-  _declare (rule: PaceRule, route: string): Pace {
+  _declare (rule: PaceRule, route: string): Declared {
     const keyKind = typeof rule.key === 'string' ? rule.key : 'function'
     const known = this.#paces.get(rule.name)
     if (known === undefined) {
-      const pace = new Pace({ ...rule.rate, now: this.#now })
-      this.#paces.set(rule.name, { pace, keyKind })
-      return pace
+      const declared = { pace: new Pace({ ...rule.rate, now: this.#now }), keyKind, counts: new PaceCounts() }
+      this.#paces.set(rule.name, declared)
+      return declared
     }
     if (known.pace.limit !== rule.limit || known.pace.window !== rule.window) {
       throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is declared with ${rateText(known.pace)} elsewhere, got ${rateText(rule)}`)
@@ -41,7 +59,7 @@ export class PaceRegistry {
     if (known.keyKind !== keyKind) {
       throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is keyed by ${known.keyKind} elsewhere, got key ${keyKind}`)
     }
-    return known.pace
+    return known
   }
 }
 

@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import type { BoundPace } from './bound-pace.js'
 import { InvalidRequest } from './keys.js'
+import type { Observer } from './observer.js'
 import type { PaceRefusal } from './options.js'
 import { writeQuota, type QuotaItems } from './quota-headers.js'
 import { refuse, sendInvalidRequest } from './refusals.js'
@@ -12,9 +13,10 @@ import { PaceTicket, type HeldReservation } from './ticket.js'
  * request): one unit from each of its paces, all or nothing, onto `request.pace`.
  */
 
-/** A held reservation, with its pace's header items. */
+/** A held reservation, with its pace's header items, and the pace for the observer. */
 export interface Holding extends HeldReservation {
   readonly quota: QuotaItems
+  readonly bound: BoundPace
 }
 
 /**
@@ -27,6 +29,7 @@ export interface ReserveStep {
   readonly paces: readonly BoundPace[]
   readonly commits: boolean
   readonly refusalBody: (request: FastifyRequest, refusal: PaceRefusal) => object
+  readonly observer: Observer
 }
 
 /**
@@ -38,7 +41,7 @@ export interface ReserveStep {
 export function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
   let ticket = request.pace as PaceTicket<Holding> | null
   if (ticket === null) {
-    ticket = new PaceTicket<Holding>()
+    ticket = new PaceTicket<Holding>(step.observer, request)
     request.pace = ticket
   }
   reserveFrom(step, 0, ticket, ticket.held.length, request, reply, next)
@@ -54,8 +57,9 @@ function reserveFrom (step: ReserveStep, start: number, ticket: PaceTicket<Holdi
       key = bound.readKey(request)
     } catch (err) {
       giveBack(step, ticket, first)
-      if (err instanceof InvalidRequest) return sendInvalidRequest(reply, err.message)
-      return next(err as Error)
+      if (!(err instanceof InvalidRequest)) return next(err as Error)
+      step.observer.invalid(request, bound, err.message)
+      return sendInvalidRequest(reply, err.message)
     }
     if (key === undefined) continue
     if (bound.shared !== null) return reserveShared(step, i, ticket, first, bound, key, request, reply, next)
@@ -83,7 +87,9 @@ function reserveShared (step: ReserveStep, i: number, ticket: PaceTicket<Holding
     // settled without this unit, which is settled now by the same rule. A refusal changes
     // nothing: the answer is already on its way.
     if (ticket.settled) {
-      if (reservation.granted) ticket._holdLate(holding(bound, key, reservation))
+      if (!reservation.granted) return
+      bound.counts.granted++
+      ticket._holdLate(holding(bound, key, reservation))
       return
     }
     // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an
@@ -115,14 +121,16 @@ function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bo
   if (!reservation.granted) {
     ticket.refused = true
     giveBack(step, ticket, first)
+    step.observer.refused(request, bound, key, reservation.retryAfterMs)
     refuse(request, reply, bound.rule, bound.quota, reservation, ticket.held, step.refusalBody)
     return false
   }
+  bound.counts.granted++
   ticket.held.push(holding(bound, key, reservation))
   return true
 }
 
 /** The unit `reservation` took from `bound`'s pace under `key`, as a ticket holds it. */
 function holding (bound: BoundPace, key: string, reservation: PaceReservation): Holding {
-  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: bound.quota }
+  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: bound.quota, bound }
 }

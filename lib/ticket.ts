@@ -44,6 +44,8 @@ export interface HeldReservation {
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** The units this request holds, in the order they were taken. */
   readonly held: Held[] = []
+  readonly #listener: RefundListener<Held> | null
+  readonly #request: unknown
   /** Set when a pace refused the request: the handler did not run. */
   refused = false
   #outcome: PaceOutcome = 'accepted'
@@ -52,6 +54,12 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   #refunded = false
   /** How the failures' units were settled as the answer was sent: refunded (true), kept (false), or not yet (null). */
   #failuresRefunded: boolean | null = null
+
+  /** @internal Built by the plugin's hook: `listener` hears of every unit given back, with `request`. */
+  constructor (listener: RefundListener<Held> | null = null, request: unknown = null) {
+    this.#listener = listener
+    this.#request = request
+  }
 
   /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
   get outcome (): PaceOutcome {
@@ -77,7 +85,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
    * quota must not be shown on the 400 or 5xx that follows).
    */
   _refundFrom (first: number): void {
-    for (let i = first; i < this.held.length; i++) this.held[i].reservation.refund()
+    for (let i = first; i < this.held.length; i++) this.#giveBack(this.held[i], null)
     this.held.length = first
   }
 
@@ -103,7 +111,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
    */
   _holdLate (held: Held): void {
     this.held.push(held)
-    if (held.spend === 'accepted' ? this.#refunded : this.#failuresRefunded === true && held.spend === 'rejected') held.reservation.refund()
+    if (held.spend === 'accepted' ? this.#refunded : this.#failuresRefunded === true && held.spend === 'rejected') this.#giveBack(held, this.#outcome)
   }
 
   /** Refunds every unit spent `spend` (the exchanges' once, on the first call for them). */
@@ -113,7 +121,18 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
       this.#refunded = true
     }
     for (const held of this.held) {
-      if (held.spend === spend) held.reservation.refund()
+      if (held.spend === spend) this.#giveBack(held, this.#outcome)
     }
   }
+
+  /** Refunds `held` and tells the listener why: the exchange's `outcome`, or null when the request was refused. */
+  #giveBack (held: Held, outcome: PaceOutcome | null): void {
+    held.reservation.refund()
+    this.#listener?.refunded(this.#request, held, outcome)
+  }
+}
+
+/** @internal Hears of every unit a ticket gives back. */
+export interface RefundListener<Held> {
+  refunded (request: unknown, held: Held, outcome: PaceOutcome | null): void
 }

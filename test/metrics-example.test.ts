@@ -1,0 +1,75 @@
+import t from 'tap'
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { Registry } from 'prom-client'
+import type { FastifyInstance } from 'fastify'
+import { paceMetrics } from '../examples/metrics.js'
+import { buildServer } from '../examples/server.js'
+
+/**
+ * examples/metrics.js: exchangepace's counts exported with prom-client, read back by scraping
+ * /metrics as Prometheus would.
+ */
+
+const form = { 'content-type': 'application/x-www-form-urlencoded' }
+
+/** The samples of a Prometheus text exposition: `name{labels}` -> value. */
+function samples (text: string): Map<string, number> {
+  const parsed = new Map<string, number>()
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue
+    const at = line.lastIndexOf(' ')
+    parsed.set(line.slice(0, at), Number(line.slice(at + 1)))
+  }
+  return parsed
+}
+
+async function scrape (app: FastifyInstance): Promise<Map<string, number>> {
+  const response = await app.inject({ url: '/metrics' })
+  t.match(response.headers['content-type'], /^text\/plain/)
+  return samples(response.body)
+}
+
+t.test('the pace counts and rows are scraped from /metrics, labelled by pace name only', async t => {
+  const app = buildServer({ now: () => 0 })
+  t.teardown(() => app.close())
+  const register = paceMetrics(app)
+  t.type(register, Registry)
+  const token = (secret: string, address = '203.0.113.9') => app.inject({ method: 'POST', url: '/token', remoteAddress: address, headers: form, payload: `grant_type=client_credentials&client_id=reporting&client_secret=${secret}` })
+  for (let i = 0; i < 12; i++) await token(`guess-${i}`)
+  for (let i = 0; i < 6; i++) await token('reporting-secret', '198.51.100.7')
+  await app.inject({ method: 'POST', url: '/token', headers: form, payload: 'client_id=vic%01tim' })
+  const scraped = await scrape(app)
+  const decisions = (pace: string) => ['granted', 'refused', 'refunded', 'invalid'].map(decision => scraped.get(`exchangepace_decisions_total{pace="${pace}",decision="${decision}"}`))
+  t.same(decisions('/token#client+source:rejected'), [16, 2, 6, 1], 'failures: ten kept, two refused; the exchanges\' units refunded')
+  t.same(decisions('/token#client'), [15, 1, 10, 0], 'exchanges: the ten failures refunded, one refused past 5/s')
+  t.same(decisions('/token#source'), [19, 0, 0, 0])
+  t.equal(scraped.get('exchangepace_rows{pace="/token#client+source:rejected"}'), 1, 'one pair failed')
+  t.equal(scraped.get('exchangepace_rows{pace="/token#client"}'), 1)
+  t.notOk([...scraped.keys()].some(name => name.includes('reporting') || name.includes('203.0.113.9')), 'no client id or address in any label')
+  t.equal(scraped.get('exchangepace_store_unavailable'), undefined, 'no store, no store gauge')
+})
+
+t.test('with a shared store, its availability is a gauge', async t => {
+  const store = { scope: 'shared by all replicas', outage: 'it holds per replica', unavailable: false, pace: () => { throw new Error('not used') } }
+  const app = buildServer({ now: () => 0 })
+  t.teardown(() => app.close())
+  paceMetrics(app, { register: new Registry(), store })
+  t.equal((await scrape(app)).get('exchangepace_store_unavailable'), 0)
+  store.unavailable = true
+  t.equal((await scrape(app)).get('exchangepace_store_unavailable'), 1)
+})
+
+t.test('node examples/metrics.js serves the example server with /metrics', async t => {
+  const script = fileURLToPath(new URL('../examples/metrics.js', import.meta.url))
+  const child = spawn(process.execPath, [script], { env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'ignore'] })
+  t.teardown(() => { child.kill() })
+  let output = ''
+  for await (const chunk of child.stdout) {
+    output += String(chunk)
+    if (output.includes('/metrics\n')) break
+  }
+  const url = /metrics on (http:\/\/127\.0\.0\.1:\d+\/metrics)/.exec(output)![1]
+  const scraped = samples(await (await fetch(url)).text())
+  t.equal(scraped.get('exchangepace_decisions_total{pace="/token#client",decision="granted"}'), 0)
+})
