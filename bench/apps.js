@@ -88,12 +88,16 @@ function tokenWithQuotaHeaders (url, rate) {
 /** The Redis server's version, or why it cannot be reached. */
 export async function probeRedis () {
   const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  // Without a listener, ioredis prints a refused connection as "[ioredis] Unhandled error event".
+  // The error is the reason to give: connect() itself rejects with "Connection is closed."
+  const errors = []
+  client.on('error', err => { errors.push(err) })
   try {
     await client.connect()
     const info = await client.info('server')
     return { version: /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown' }
   } catch (err) {
-    return { unreachable: err.message }
+    return { unreachable: (errors[0] ?? err).message }
   } finally {
     client.disconnect()
   }

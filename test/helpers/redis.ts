@@ -9,12 +9,18 @@ import { Redis } from 'ioredis'
 export async function redisOrSkip (): Promise<Redis | null> {
   const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
   const client = new Redis(url, { lazyConnect: true, enableAutoPipelining: true, maxRetriesPerRequest: 1, connectTimeout: 1000, retryStrategy: () => null })
+  // Without a listener, ioredis prints a refused connection as "[ioredis] Unhandled error event".
+  // The error is the reason to give: connect() itself rejects with "Connection is closed."
+  const errors: Error[] = []
+  const onError = (err: Error): void => { errors.push(err) }
+  client.on('error', onError)
   try {
     await client.connect()
     await client.ping()
+    client.off('error', onError)
   } catch (err) {
     client.disconnect()
-    const reason = `no Redis server answers at ${url} (${(err as Error).message}); start one to run these tests`
+    const reason = `no Redis server answers at ${url} (${(errors[0] ?? err as Error).message}); start one, or set REDIS_URL, to run these tests`
     if (underCI()) throw new Error(`CI needs Redis: ${reason}`)
     t.skip(reason)
     return null
