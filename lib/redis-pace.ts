@@ -84,7 +84,9 @@ export class RedisPace implements SharedPace {
   readonly #store: RedisStore
   readonly #commands: PaceCommands
   readonly #prefix: string
-  readonly #perSecond: number
+  /** The bucket as the scripts take it: its limit, and its window in ms, or null for one second (see `scriptWindow`). */
+  readonly #rate: number
+  readonly #windowMs: number | null
   /** This replica's pace of the name, with `whenUnavailable: 'fallback'`; null with 'open' or 'closed'. */
   readonly #local: Pace | null
   readonly #log: FastifyBaseLogger
@@ -93,11 +95,12 @@ export class RedisPace implements SharedPace {
   /** In the store's set of paces whose memory may hold rows (see `RedisStore._answered`). */
   #tracked = false
 
-  constructor (store: RedisStore, commands: PaceCommands, prefix: string, perSecond: number, local: Pace | null, log: FastifyBaseLogger) {
+  constructor (store: RedisStore, commands: PaceCommands, prefix: string, rate: number, windowMs: number | null, local: Pace | null, log: FastifyBaseLogger) {
     this.#store = store
     this.#commands = commands
     this.#prefix = prefix
-    this.#perSecond = perSecond
+    this.#rate = rate
+    this.#windowMs = windowMs
     this.#local = local
     this.#log = log
     this.#unavailable = store.whenUnavailable === 'open'
@@ -124,7 +127,9 @@ export class RedisPace implements SharedPace {
       const waiting = new ReserveWaiting(this, local, resolve)
       let answering: Promise<Buffer>
       try {
-        answering = this.#commands.exchangepaceReserveBuffer(redisKey, this.#perSecond)
+        answering = this.#windowMs === null
+          ? this.#commands.exchangepaceReserveBuffer(redisKey, this.#rate)
+          : this.#commands.exchangepaceReserveBuffer(redisKey, this.#rate, this.#windowMs)
       } catch (err) {
         this.#failed(local, err as Error, resolve)
         return
@@ -195,7 +200,10 @@ export class RedisPace implements SharedPace {
    */
   giveBack (redisKey: string, run: number, count: number, at: number): void {
     try {
-      this.#commands.exchangepaceRefund(redisKey, this.#perSecond, run, count, at).catch((err: Error) => { this.#lost(err) })
+      const refunding = this.#windowMs === null
+        ? this.#commands.exchangepaceRefund(redisKey, this.#rate, run, count, at)
+        : this.#commands.exchangepaceRefund(redisKey, this.#rate, run, count, at, this.#windowMs)
+      refunding.catch((err: Error) => { this.#lost(err) })
     } catch (err) {
       this.#lost(err as Error)
     }

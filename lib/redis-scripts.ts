@@ -3,63 +3,116 @@
  * time is counted, and how a reserve and a refund change it. Nothing here decides what happens
  * when Redis does not answer: that is the store's (redis-store.ts).
  */
+import type { PaceBucket } from './store.js'
 
 /**
  * A row's layout for Lua's struct library, little-endian: the format byte, then full, run, count
  * and last as doubles, the marks as an unsigned 32-bit integer, and the rate it was written at as
- * a double.
+ * a double. The row of a pace whose window is not one second adds its window in ms, a double.
  */
 const ROW = '<BddddI4d'
-
-/** The format byte every row starts with (the rows of earlier builds had 1, or were text). */
-const ROW_FORMAT = 2
+const WINDOWED_ROW = '<BddddI4dd'
 
 /**
- * Lua: whether the key's value `row` (false when there is no key) is a row the scripts wrote: the
- * size of ROW (45 bytes) and the format byte (2). Anything else (an earlier build's row, a foreign
- * value under the prefix) is no row: struct.unpack would fail on it, and a failing script is an
- * outage for the whole store. For the same reason the scripts read `row` with redis.pcall: a key
- * of another type (a hash) gives an error table, which is no row, where GET would fail the script.
+ * The format byte every row starts with: 2 for a one-second pace's row (the rows of earlier builds
+ * had 1, or were text), 3 for the row of any other window.
  */
-const IS_ROW = `row and #row == 45 and string.byte(row) == ${ROW_FORMAT}`
+const ROW_FORMAT = 2
+const WINDOWED_ROW_FORMAT = 3
 
 /**
- * The pace in Redis, with the in-process Pace's semantics. A key holds one row of 45 bytes,
- * `struct.pack(ROW, 2, full, run, count, last, marks, rate)`: a format byte (2), the Redis TIME at
- * which the bucket is full again, and for refunds (as in `Pace`) when the run of spending began,
- * the grants counted in it, when the latest came, which of the 32 latest were refunded (bit i: the
- * grant i before the latest), and the rate whose microticks (below) its times are counted in. No
- * key means a full bucket, and every write sets the key to expire at the moment it is full again
- * (PX), so Redis holds only the keys that spent within the last second. Each operation is one
- * script on one key: atomic on the server, no read-then-write from Node, and valid on Redis
- * Cluster. The clock is the server's, so every replica shares it.
+ * Lua: whether the key's value `row` (false when there is no key) is a row the scripts wrote for a
+ * pace of this time base: the size (45 bytes, or 53 with the window) and the format byte of the
+ * base (2, or 3 with the window). Anything else (a row of the other base, an earlier build's row,
+ * a foreign value under the prefix) is no row: struct.unpack would fail on some of them, and a
+ * failing script is an outage for the whole store. For the same reason the scripts read `row` with
+ * redis.pcall: a key of another type (a hash) gives an error table, which is no row, where GET
+ * would fail the script.
+ */
+const IS_ROW = 'row and #row == size and string.byte(row) == format'
+
+/**
+ * The pace in Redis, with the in-process Pace's semantics. A key holds one row,
+ * `struct.pack(ROW, 2, full, run, count, last, marks, rate)` (45 bytes) for a one-second pace: a
+ * format byte, the time at which the bucket is full again, and for refunds (as in `Pace`) when the
+ * run of spending began, the grants counted in it, when the latest came, which of the 32 latest
+ * were refunded (bit i: the grant i before the latest), and the rate (the limit) whose microticks
+ * (below) its times are counted in. A pace of another window writes
+ * `struct.pack(WINDOWED_ROW, 3, full, run, count, last, marks, rate, window)` (53 bytes): the same
+ * fields, then its window in ms. No key means a full bucket, and every write sets the key to
+ * expire at the moment it is full again (PX), so Redis holds only the keys that spent within the
+ * last window. Each operation is one script on one key: atomic on the server, no read-then-write
+ * from Node, and valid on Redis Cluster. The clock is the server's, so every replica shares it.
  *
- * Time is counted in microticks: one microsecond of TIME is `rate` microticks, so one unit refills
- * in exactly 1e6 microticks and a bucket holds 1e6 x rate, and a debit or a refund adds or
- * subtracts an exact integer (as `Pace` does with its ticks). Readings are taken modulo 2^32
- * microseconds (71 minutes), which keeps every value an exact integer for integer rates up to 2^21
- * per second; a stored time is never more than one bucket ahead of now (the key expires when it is
- * reached), so its distance to now is read unambiguously from the modular difference. Redis's
- * clock is wall-clock time and can step back (or a failover can move rows to a server whose clock
- * is behind): a stored time more than one bucket ahead (by more than the half microtick a grant
+ * Time is counted in microticks, in one of two time bases, as `Pace` counts its ticks (a debit or
+ * a refund adds or subtracts an exact integer):
+ * - a one-second pace (no window argument, or 1000 ms): one microsecond of TIME is `rate`
+ *   microticks, a unit 1e6 of them and the bucket 1e6 x rate, and readings are taken modulo 2^32
+ *   microseconds (71 minutes), which keeps every value an exact integer for integer rates up to
+ *   2^21 per second;
+ * - a window of W ms: TIME is read in whole milliseconds (rounded down), one of which is `rate`
+ *   microticks, so a unit is W of them and the bucket W x rate, exactly `Pace`'s ticks on a
+ *   millisecond clock; readings are taken modulo 2^36 ms (795 days), over twice the longest window
+ *   (365 days), which keeps every value an exact integer below 2^53 for integer limits up to 2^16.
+ *   Every window shares this base, so that the rows of one pace at another limit or window are
+ *   the same moments, read as below.
+ * A stored time is never more than one window ahead of now (the key expires when it is reached),
+ * so its distance to now is read unambiguously from the modular difference. Redis's clock is
+ * wall-clock time and can step back (or a failover can move rows to a server whose clock is
+ * behind): a stored time more than one bucket ahead (by more than the half microtick a grant
  * rounds to at a fractional rate) is then rewritten one bucket ahead, an empty bucket that refills
  * from now, starting a run with no grant in it (refunds of the grants before the step give
- * nothing), so that a step back delays a key by at most one second. The row is binary (doubles,
+ * nothing), so that a step back delays a key by at most one window. The row is binary (doubles,
  * which hold those integers exactly, and the marks as an unsigned 32-bit integer) because
  * converting numbers to and from text cost Redis more than the arithmetic; for the same reason the
  * expiry goes to Redis as text formatted with %d (Redis would format a Lua number argument as a
- * 17-digit double). A value not in this format (not 45 bytes, or not starting with the format byte,
- * such as the rows of earlier builds, which live at most a second) reads as no row: a full bucket.
- * Replicas that declare different rates for one pace (a deploy that changes `perSecond`) share its
- * rows: a reserve reads a row written at another rate as the same moments in its own microticks
- * (the bucket as far from full in time), and a refund leaves such a row alone. The scripts are
- * straight-line code: a Lua local function is a closure built anew on every call.
+ * 17-digit double). A value not in its base's format (the other base's row, a row of an earlier
+ * build, which lives at most a second) reads as no row: a full bucket. Replicas that declare
+ * different buckets for one pace within one base (a deploy that changes `perSecond`, or a window's
+ * limit or length) share its rows: a reserve reads a row written at another rate as the same
+ * moments in its own microticks (the bucket as far from full in time); a row of a longer window
+ * that is further ahead than this pace's bucket but within that window is this bucket empty
+ * (refused, and left as it is), not a clock step; and a refund leaves a row written at another
+ * bucket alone. The scripts are straight-line code: a Lua local function is a closure built anew on
+ * every call.
  */
-const CLOCK = `
+
+/**
+ * Lua: the time base of the pace the script runs for, from ARGV[1], its rate (the limit), and
+ * ARGV[`windowArgument`], its window in ms, absent for a one-second pace (1000 is read the same
+ * way): the unit, the cycle the clock is read modulo and its steps per ms, the size, format and
+ * layout of its rows, and `wrap`, the cycle in microticks. A one-second pace only tests its window
+ * argument, so that its calls cost Redis what they did before other windows.
+ */
+function timeBase (windowArgument: number): string {
+  return `
 local rate = tonumber(ARGV[1])
-local wrap = 4294967296 * rate
+local window = ARGV[${windowArgument}]
+local unit = 1000000
+local cycle = 4294967296
+local perMs = 1000
+local size = 45
+local format = ${ROW_FORMAT}
+local layout = '${ROW}'
+if window and window ~= '1000' then
+  window = tonumber(window)
+  unit = window
+  cycle = 68719476736
+  perMs = 1
+  size = 53
+  format = ${WINDOWED_ROW_FORMAT}
+  layout = '${WINDOWED_ROW}'
+end
+local wrap = cycle * rate
+`
+}
+
+/** Lua: `now`, Redis TIME in the pace's microticks, modulo `wrap`. Requires the time base. */
+const CLOCK = `
 local time = redis.call('TIME')
-local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
+local now = time[1] * 1000000 + time[2]
+if perMs == 1 then now = math.floor(now / 1000) end
+now = (now % cycle) * rate
 `
 
 /**
@@ -68,12 +121,14 @@ local now = ((time[1] * 1000000 + time[2]) % 4294967296) * rate
  * grant on it begins a new run, so the rest of the row is read only when the run goes on. The
  * reply is one binary string of doubles, little-endian (a table reply cost Redis a tenth of the
  * script's time, converting it): refused, 8 bytes, the wait in ms; granted, 32 bytes, the whole
- * units left and, for the refund, the run, the grant's number in it and its time.
+ * units left and, for the refund, the run, the grant's number in it and its time. ARGV: the rate,
+ * and the window in ms for a pace whose window is not one second.
  */
-const RESERVE = `${CLOCK}
+const RESERVE = `${timeBase(2)}${CLOCK}
 local row = redis.pcall('GET', KEYS[1])
+local capacity = unit * rate
 local at = math.floor(now + 0.5) % wrap
-local after = 1000000
+local after = unit
 local run = at
 local count = 1
 local marks = 0
@@ -84,57 +139,64 @@ if ${IS_ROW} then
     since = math.floor(since / written * rate + 0.5) % wrap
   end
   local spent = (full - now) % wrap
-  if spent > 1000000 * rate + 0.5 and spent <= wrap / 2 then
-    redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, math.floor(now + 1000000 * rate + 0.5) % wrap, at, 0, at, 0, rate), 'PX', '1000')
-    return struct.pack('<d', 1000 / rate)
+  local reach = capacity
+  if format == ${WINDOWED_ROW_FORMAT} then
+    local stretch = struct.unpack('<d', row, 46)
+    if stretch > window then reach = stretch * rate end
+  end
+  if spent > reach + 0.5 and spent <= wrap / 2 then
+    redis.call('SET', KEYS[1], struct.pack(layout, format, math.floor(now + capacity + 0.5) % wrap, at, 0, at, 0, rate, window), 'PX', string.format('%d', unit / perMs))
+    return struct.pack('<d', unit / perMs / rate)
   end
   if spent > 0 and spent <= wrap / 2 then
-    after = spent + 1000000
+    after = spent + unit
     run = since
     count = grants + 1
     marks = refunded * 2 % 4294967296
   end
 end
-local shortfall = after - 1000000 * rate
+local shortfall = after - capacity
 if shortfall > 0.5 then
-  return struct.pack('<d', shortfall / rate / 1000)
+  return struct.pack('<d', shortfall / rate / perMs)
 end
-redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, math.floor(now + after + 0.5) % wrap, run, count, at, marks, rate), 'PX', string.format('%d', math.ceil(after / rate / 1000)))
-return struct.pack('<dddd', math.floor((0.5 - shortfall) / 1000000), run, count, at)
+redis.call('SET', KEYS[1], struct.pack(layout, format, math.floor(now + after + 0.5) % wrap, run, count, at, marks, rate, window), 'PX', string.format('%d', math.ceil(after / rate / perMs)))
+return struct.pack('<dddd', math.floor((0.5 - shortfall) / unit), run, count, at)
 `
 
 /**
  * Gives back grant number ARGV[3] of the run that began at ARGV[2], made at ARGV[4], by
  * `Pace._giveBack`'s rule, counted from the latest grant (`ahead`: how far the stored time is past
  * it): nothing once the run is over (no key, a value not in the row's format, or another run) or
- * when the row was written at another rate (its times are counted in other microticks); the run's
- * latest grant gives its unit and uncounts; any other gives what the later grants still kept leave
- * room for, and is marked refunded (the marks are counted byte by byte: LuaBitOp's operations take
- * doubles, and a multiplication that spreads the bytes' sums would pass 2^51, where it stops
- * reading them exactly). A grant already refunded (uncounted as the latest, or marked) gives
- * nothing again: ioredis resends a command whose answer a lost connection kept from it, and Redis
- * may have run it already; not when its number was given again (an uncounted latest grant's goes to
- * the next grant), nor when 32 grants or more came after it (no mark records it): docs/stores.md
- * says what such a resend gives. The marks move down one when the latest grant is uncounted, so the
- * latest grant's own mark (bit 0) is set when it was refunded before the grant after it was. A key
- * left at or before the latest grant is full and goes without a reading of the clock (a stranger's
- * rejected exchange); one whose time stays keeps its expiry (only the mark changes); one that moves
- * is written with the expiry its new time calls for, one second at most: a time more than a bucket
- * ahead (by more than the half microtick a grant rounds to, as the reserve script reads it) means
- * Redis's clock stepped back since the grants, and the key lives no longer than a reserve would let
- * it (which rewrites such a time one bucket ahead).
+ * when the row was written at another bucket (its times are counted in other microticks, or its
+ * units are another length); the run's latest grant gives its unit and uncounts; any other gives
+ * what the later grants still kept leave room for, and is marked refunded (the marks are counted
+ * byte by byte: LuaBitOp's operations take doubles, and a multiplication that spreads the bytes'
+ * sums would pass 2^51, where it stops reading them exactly). A grant already refunded (uncounted
+ * as the latest, or marked) gives nothing again: ioredis resends a command whose answer a lost
+ * connection kept from it, and Redis may have run it already; not when its number was given again
+ * (an uncounted latest grant's goes to the next grant), nor when 32 grants or more came after it
+ * (no mark records it): docs/stores.md says what such a resend gives. The marks move down one when
+ * the latest grant is uncounted, so the latest grant's own mark (bit 0) is set when it was refunded
+ * before the grant after it was. A key left at or before the latest grant is full and goes without
+ * a reading of the clock (a stranger's rejected exchange); one whose time stays keeps its expiry
+ * (only the mark changes); one that moves is written with the expiry its new time calls for, one
+ * window at most: a time more than a bucket ahead (by more than the half microtick a grant rounds
+ * to, as the reserve script reads it) means Redis's clock stepped back since the grants, and the
+ * key lives no longer than a reserve would let it (which rewrites such a time one bucket ahead).
+ * ARGV: the rate, the grant's run, number and time, and the window in ms for a pace whose window
+ * is not one second.
  */
-const REFUND = `
+const REFUND = `${timeBase(5)}
 local row = redis.pcall('GET', KEYS[1])
 if not (${IS_ROW}) then return 0 end
 local _, full, since, grants, last, marks, written = struct.unpack('${ROW}', row)
-if since ~= tonumber(ARGV[2]) or written ~= tonumber(ARGV[1]) then return 0 end
-local span = 4294967296 * ARGV[1]
-local ahead = (full - last) % span
+if since ~= tonumber(ARGV[2]) or written ~= rate then return 0 end
+if format == ${WINDOWED_ROW_FORMAT} and struct.unpack('<d', row, 46) ~= window then return 0 end
+local ahead = (full - last) % wrap
 local left
 if grants == tonumber(ARGV[3]) then
   if marks % 2 == 1 then return 0 end
-  left = ahead - 1000000
+  left = ahead - unit
   grants = grants - 1
   marks = math.floor(marks / 2)
 else
@@ -146,7 +208,7 @@ else
   bits = bit.band(bits, 0x33333333) + bit.band(bit.rshift(bits, 2), 0x33333333)
   bits = bit.band(bits + bit.rshift(bits, 4), 0x0f0f0f0f)
   bits = bits % 256 + bit.rshift(bits, 8) % 256 + bit.rshift(bits, 16) % 256 + bit.rshift(bits, 24)
-  left = math.min(ahead - 1000000 + (last - ARGV[4]) % span, math.max(ahead - 1000000, math.min(ahead, (later - bits) * 1000000)))
+  left = math.min(ahead - unit + (last - ARGV[4]) % wrap, math.max(ahead - unit, math.min(ahead, (later - bits) * unit)))
   if later < 32 then marks = bit.bor(bit.tobit(marks), bit.lshift(1, later)) % 4294967296 end
 end
 if left <= 0.5 then
@@ -154,7 +216,7 @@ if left <= 0.5 then
   return 1
 end
 if left >= ahead then
-  redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, full, since, grants, last, marks, written), 'KEEPTTL')
+  redis.call('SET', KEYS[1], struct.pack(layout, format, full, since, grants, last, marks, written, window), 'KEEPTTL')
   return 1
 end
 ${CLOCK}
@@ -162,8 +224,8 @@ local spent = (last + left - now) % wrap
 if spent == 0 or spent > wrap / 2 then
   redis.call('DEL', KEYS[1])
 else
-  if spent > 1000000 * rate + 0.5 then spent = 1000000 * rate end
-  redis.call('SET', KEYS[1], struct.pack('${ROW}', ${ROW_FORMAT}, (last + left) % wrap, since, grants, last, marks, rate), 'PX', string.format('%d', math.ceil(spent / rate / 1000)))
+  if spent > unit * rate + 0.5 then spent = unit * rate end
+  redis.call('SET', KEYS[1], struct.pack(layout, format, (last + left) % wrap, since, grants, last, marks, rate, window), 'PX', string.format('%d', math.ceil(spent / rate / perMs)))
 end
 return 1
 `
@@ -180,8 +242,40 @@ export function keyName (name: string): string {
 /** @internal The scripts' text, for tests that run them on a clock of their own. */
 export const SCRIPTS = { reserve: RESERVE, refund: REFUND } as const
 
-/** The highest rate the scripts' microticks keep exact (see above), per second. */
+/** The highest rate a one-second pace's microticks keep exact (see above), per second. */
 export const MAX_RATE = 2 ** 21
+
+/** The highest limit the microticks of a pace of another window keep exact (see above). */
+export const MAX_WINDOW_LIMIT = 2 ** 16
+
+/** The longest window the scripts count, in seconds (365 days): their cycle, 2^36 ms, holds over twice it. */
+export const MAX_WINDOW = 365 * 86_400
+
+/**
+ * The window argument of the scripts for the pace `name` of `bucket`: null for a one-second pace
+ * (the scripts' first time base, whose calls and rows are those of the builds before other
+ * windows), or its window in ms. Throws a TypeError naming the pace when the scripts cannot count
+ * its bucket exactly: a rate above MAX_RATE per second, or for another window, a window not a
+ * whole number of milliseconds (a fraction of one, as a product like 1.001 x 1000 leaves, is
+ * rounded off), longer than MAX_WINDOW, or a limit above MAX_WINDOW_LIMIT.
+ */
+export function scriptWindow (name: string, bucket: PaceBucket): number | null {
+  const { limit, window } = bucket
+  const pace = `pace ${JSON.stringify(name)}`
+  const windowMs = Math.round(window * 1000)
+  if (Math.abs(windowMs - window * 1000) > 1e-6 || windowMs === 0) {
+    throw new TypeError(`exchangepace: RedisStore counts windows in whole milliseconds; ${pace} declares window ${window}`)
+  }
+  if (windowMs === 1000) {
+    if (limit > MAX_RATE) throw new TypeError(`exchangepace: RedisStore counts rates up to ${MAX_RATE} per second exactly; ${pace} declares perSecond ${limit}`)
+    return null
+  }
+  if (window > MAX_WINDOW) throw new TypeError(`exchangepace: RedisStore counts windows up to ${MAX_WINDOW} seconds (365 days); ${pace} declares window ${window}`)
+  if (limit > MAX_WINDOW_LIMIT) {
+    throw new TypeError(`exchangepace: RedisStore counts limits up to ${MAX_WINDOW_LIMIT} per window exactly for windows other than one second; ${pace} declares limit ${limit} per window ${window}`)
+  }
+  return windowMs
+}
 
 /** The part of an ioredis client (`Redis` or `Cluster`) the store uses. */
 export interface RedisClientLike {
@@ -197,8 +291,8 @@ export const GRANT_BYTES = 32
  * reserve script's reply is read as it came (the `Buffer` form of the command), not as text.
  */
 export interface PaceCommands {
-  exchangepaceReserveBuffer (key: string, perSecond: number): Promise<Buffer>
-  exchangepaceRefund (key: string, perSecond: number, run: number, count: number, at: number): Promise<number>
+  exchangepaceReserveBuffer (key: string, rate: number, windowMs?: number): Promise<Buffer>
+  exchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs?: number): Promise<number>
 }
 
 /** Defines the scripts on `client` as commands, and returns it as what calls them. */

@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { Deadlines } from './deadlines.js'
 import type { Pace } from './pace.js'
 import { RedisPace } from './redis-pace.js'
-import { MAX_RATE, defineCommands, keyName, type PaceCommands, type RedisClientLike } from './redis-scripts.js'
+import { defineCommands, keyName, scriptWindow, type PaceCommands, type RedisClientLike } from './redis-scripts.js'
 import type { PaceBucket, PaceStore, SharedPace } from './store.js'
 
 export type { RedisClientLike } from './redis-scripts.js'
@@ -45,7 +45,7 @@ const OUTAGE: Record<RedisUnavailable, string> = {
  * holds per replica, as without a store), one warning is logged per outage, and one request per
  * `retryMs` tries Redis again until it answers. So that the rate holds per replica across the
  * switches too, that memory also paces every request while Redis answers (see `RedisPace`): it
- * holds a row per key this replica granted within the last second, as the default store does. A
+ * holds a row per key this replica granted within the last window, as the default store does. A
  * unit is always refunded in the stores that granted it.
  */
 export class RedisStore implements PaceStore {
@@ -88,14 +88,8 @@ export class RedisStore implements PaceStore {
   }
 
   pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace {
-    if (rate.window !== 1) {
-      throw new TypeError(`exchangepace: RedisStore paces one-second buckets (perSecond) only; pace ${JSON.stringify(name)} declares limit ${rate.limit} per window ${rate.window}`)
-    }
-    const perSecond = rate.limit
-    if (perSecond > MAX_RATE) {
-      throw new TypeError(`exchangepace: RedisStore counts rates up to ${MAX_RATE} per second exactly; pace ${JSON.stringify(name)} declares perSecond ${perSecond}`)
-    }
-    return new RedisPace(this, this.#commands, `${this.prefix}${keyName(name)}:`, perSecond, this.whenUnavailable === 'fallback' ? local : null, log)
+    const windowMs = scriptWindow(name, rate)
+    return new RedisPace(this, this.#commands, `${this.prefix}${keyName(name)}:`, rate.limit, windowMs, this.whenUnavailable === 'fallback' ? local : null, log)
   }
 
   /** Whether Redis is treated as unavailable (since a failure, until it answers again). */

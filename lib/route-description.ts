@@ -42,13 +42,16 @@ function rateSentence (rule: PaceRule): string {
 
 /**
  * The sentence every paced route's description gets: the rate, the key, and the scope over which
- * the rate holds (per replica by default, or the shared store's).
+ * the rate holds (per replica by default, or the shared store's; a shared store's sentence says
+ * that the route's failure budgets hold over it too, so a guesser moving between replicas spends
+ * one budget).
  */
 function paceSentence (rules: readonly PaceRule[], store: PaceStore | undefined): string {
   const parts = rules.map(rateSentence)
+  const budgets = rules.some(rule => rule.spend === 'rejected') ? ', failure budgets included' : ''
   const holds = store === undefined
     ? `Each rate is ${PER_REPLICA}: N replicas admit up to N times it.`
-    : `Each rate is ${store.scope}; while the store is unavailable, ${store.outage}.`
+    : `Each rate is ${store.scope}${budgets}; while the store is unavailable, ${store.outage}.`
   return `Paced by exchangepace: ${parts.join('; ')}. ${holds}`
 }
 

@@ -11,11 +11,12 @@ const client = await redisOrSkip()
 if (client !== null) {
   const silent = { warn () {}, info () {}, debug () {} } as unknown as FastifyBaseLogger
 
-  const paceOf = (label: string, perSecond: number) => {
+  /** A pace of `limit` per `window` seconds (1: a perSecond pace) in a store of its own. */
+  const paceOf = (label: string, limit: number, window = 1) => {
     const prefix = uniquePrefix(label)
     // 'closed': no pace in memory goes first, so every decision is the script's.
     const store = new RedisStore({ client, prefix, timeoutMs: 1000, whenUnavailable: 'closed' })
-    const pace = store.pace('p', { limit: perSecond, window: 1 }, new Pace({ perSecond }), silent)
+    const pace = store.pace('p', { limit, window }, new Pace({ limit, window }), silent)
     return { pace, store, redisKey: (key: string) => `${prefix}p:${key}` }
   }
 
@@ -102,7 +103,7 @@ if (client !== null) {
     const row = await client.getBuffer(key)
     return row === null ? null : [row.readDoubleLE(1), row.readDoubleLE(9), row.readDoubleLE(17), row.readDoubleLE(25), row.readUInt32LE(33)]
   }
-  const refund = (client as unknown as { exchangepaceRefund (key: string, perSecond: number, run: number, count: number, at: number): Promise<number> }).exchangepaceRefund.bind(client)
+  const refund = (client as unknown as { exchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs?: number): Promise<number> }).exchangepaceRefund.bind(client)
   const grantOf = (reservation: unknown): readonly [number, number, number] => {
     const { run, count, at } = reservation as { run: number, count: number, at: number }
     return [run, count, at]
@@ -310,6 +311,168 @@ if (client !== null) {
       t.ok(ttl > 0 && ttl <= 1000, `${rate}/s: no longer than the bucket takes to fill from now: PTTL ${ttl}`)
       await client.del(key)
     }
+  })
+
+  // Windows other than one second: the scripts read TIME in whole milliseconds, one of which is
+  // `limit` microticks, so a unit is the window in ms of them (at 10 per 600 s a unit is 600,000
+  // microticks, 60 s, and a millisecond of TIME is 10 microticks). Nothing refills noticeably
+  // while these run, and none waits for a refill.
+  const msTicksNow = async (limit: number): Promise<{ now: number, wrap: number }> => {
+    const [seconds, micros] = await client.time()
+    return { now: ((Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)) % 2 ** 36) * limit, wrap: 2 ** 36 * limit }
+  }
+  /** A row as the scripts write it for a window other than one second: format 3, the fields of rowOf, then the window in ms. */
+  const windowedRowOf = (full: number, run: number, count: number, last: number, marks: number, rate: number, windowMs: number): Buffer => {
+    const row = rowOf(full, run, count, last, marks, rate)
+    row.writeUInt8(3, 0)
+    const window = Buffer.alloc(8)
+    window.writeDoubleLE(windowMs)
+    return Buffer.concat([row, window])
+  }
+  /** The window in ms a row was written at, and its format byte and length. */
+  const shapeOf = async (key: string): Promise<[format: number, bytes: number, windowMs: number | null]> => {
+    const row = (await client.getBuffer(key))!
+    return [row[0], row.length, row.length === 53 ? row.readDoubleLE(45) : null]
+  }
+
+  t.test('a window of 10 per 600 s grants exactly 10 of a concurrent burst, each saying what is left, then one unit\'s wait (60 s)', async t => {
+    const { pace, redisKey } = paceOf('window-burst', 10, 600)
+    t.teardown(() => client.del(redisKey('c')))
+    const results = await Promise.all(Array.from({ length: 30 }, () => pace.reserve('c')))
+    t.same(results.filter(r => r.granted).map(r => r.remaining).sort((a, b) => a - b), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    const waits = results.filter(r => !r.granted).map(r => r.retryAfterMs)
+    t.equal(waits.length, 20)
+    t.ok(waits.every(wait => wait > 55_000 && wait <= 60_000), `one unit refills in 60 s: ${Math.min(...waits)} to ${Math.max(...waits)} ms`)
+    t.same(await shapeOf(redisKey('c')), [3, 53, 600_000], 'the row of a window: format 3, 53 bytes, its window in ms')
+  })
+
+  t.test('a key of a window expires the moment its bucket is full again: one unit after a grant, at most one window after any number', async t => {
+    for (const [limit, window] of [[10, 600], [100, 86_400]]) {
+      const { pace, redisKey } = paceOf(`window-expiry-${window}`, limit, window)
+      const key = redisKey('c')
+      t.teardown(() => client.del(key))
+      const unitMs = window * 1000 / limit
+      await pace.reserve('c')
+      const ttl = await client.pttl(key)
+      t.ok(ttl > unitMs - 5000 && ttl <= unitMs, `${limit} per ${window} s: one unit refills in ${unitMs} ms; PTTL was ${ttl}`)
+      const rest = await Promise.all(Array.from({ length: limit }, () => pace.reserve('c')))
+      t.equal(rest.filter(r => r.granted).length, limit - 1)
+      const longest = await client.pttl(key)
+      t.ok(longest > window * 1000 - 5000 && longest <= window * 1000, `${limit} per ${window} s: an empty bucket is full again in one window; PTTL was ${longest}`)
+    }
+  })
+
+  t.test('on a window, a refund that leaves the bucket full deletes the key; one that does not keeps the expiry of what stays spent', async t => {
+    const { pace, redisKey } = paceOf('window-refund', 10, 600)
+    const first = await pace.reserve('c')
+    const second = await pace.reserve('c')
+    second.refund()
+    await client.ping()
+    const ttl = await client.pttl(redisKey('c'))
+    t.ok(ttl > 55_000 && ttl <= 60_000, `one unit still spent; PTTL was ${ttl}`)
+    first.refund()
+    await client.ping()
+    t.equal(await client.exists(redisKey('c')), 0)
+  })
+
+  t.test('a row of the other time base (a pace that changed between perSecond and a window) reads as a full bucket, and a refund leaves it alone', async t => {
+    const windowed = paceOf('bases-windowed', 10, 600)
+    const key = windowed.redisKey('c')
+    const { now, wrap } = await microticksNow(10)
+    const oneSecond = rowOf((now + 9 * UNIT) % wrap, now, 9, now, 0)
+    await client.set(key, oneSecond, 'PX', 5000)
+    t.equal(await refund(key, 10, now, 9, now, 600_000), 0)
+    t.same(await client.getBuffer(key), oneSecond, 'the refund leaves it as it was')
+    const granted = await windowed.pace.reserve('c')
+    t.same([granted.granted, granted.remaining, grantOf(granted)[1]], [true, 9, 1], 'a new run: its first grant, nine units left')
+    t.same(await shapeOf(key), [3, 53, 600_000], 'replaced by the window\'s row')
+    await client.del(key)
+
+    const perSecond = paceOf('bases-one-second', 10)
+    const other = perSecond.redisKey('c')
+    const ms = await msTicksNow(10)
+    const ofWindow = windowedRowOf((ms.now + 9 * 600_000) % ms.wrap, ms.now, 9, ms.now, 0, 10, 600_000)
+    await client.set(other, ofWindow, 'PX', 5000)
+    t.equal(await refund(other, 10, ms.now, 9, ms.now), 0)
+    t.same(await client.getBuffer(other), ofWindow, 'the refund leaves it as it was')
+    const reservation = await perSecond.pace.reserve('c')
+    t.same([reservation.granted, reservation.remaining, grantOf(reservation)[1]], [true, 9, 1], 'a new run: its first grant, nine units left')
+    t.same(await shapeOf(other), [2, 45, null], 'replaced by the one-second row')
+    await client.del(other)
+  })
+
+  t.test('replicas declaring another limit for one window (a deploy changing it) share its bucket, as far from full in time', async t => {
+    const prefix = uniquePrefix('window-limits')
+    const store = new RedisStore({ client, prefix, timeoutMs: 1000, whenUnavailable: 'closed' })
+    const ten = store.pace('p', { limit: 10, window: 600 }, new Pace({ limit: 10, window: 600 }), silent)
+    const twenty = store.pace('p', { limit: 20, window: 600 }, new Pace({ limit: 20, window: 600 }), silent)
+    const key = `${prefix}p:c`
+    t.teardown(() => client.del(key))
+    const spent = await Promise.all(Array.from({ length: 5 }, () => ten.reserve('c')))
+    t.ok(spent.every(r => r.granted), 'half of 10 per 600 s: the bucket is full again in 300 s')
+    const burst = await Promise.all(Array.from({ length: 15 }, () => twenty.reserve('c')))
+    t.equal(burst.filter(r => r.granted).length, 10, 'at 20 per 600 s, 300 s from full is 10 units of 30 s spent: 10 left')
+    t.equal(burst[0].remaining, 9)
+    t.equal((await client.getBuffer(key))!.readDoubleLE(37), 20, 'the row carries the limit of its latest writer')
+    const row = await client.getBuffer(key)
+    t.equal(await refund(key, 10, ...grantOf(spent[4]), 600_000), 0, 'a refund at another limit gives nothing')
+    t.same(await client.getBuffer(key), row)
+  })
+
+  t.test('a row of a longer window further ahead than this bucket is this bucket empty, not a clock step: refused with its wait, and left alone', async t => {
+    const prefix = uniquePrefix('window-lengths')
+    const store = new RedisStore({ client, prefix, timeoutMs: 1000, whenUnavailable: 'closed' })
+    const long = store.pace('p', { limit: 10, window: 600 }, new Pace({ limit: 10, window: 600 }), silent)
+    const short = store.pace('p', { limit: 10, window: 60 }, new Pace({ limit: 10, window: 60 }), silent)
+    const key = `${prefix}p:c`
+    t.teardown(() => client.del(key))
+    const spent = await Promise.all(Array.from({ length: 5 }, () => long.reserve('c')))
+    const row = await client.getBuffer(key)
+    const refused = await short.reserve('c')
+    // 300 s from full; the short bucket holds 60 s and a unit of it is 6 s: one fits in 246 s.
+    t.notOk(refused.granted)
+    t.ok(refused.retryAfterMs > 241_000 && refused.retryAfterMs <= 246_000, `the wait until a unit fits the short bucket: ${refused.retryAfterMs} ms`)
+    t.same(await client.getBuffer(key), row, 'the longer window\'s row is left as it was (its run and expiry go on)')
+    t.equal(await refund(key, 10, ...grantOf(spent[4]), 60_000), 0, 'a refund at another window gives nothing')
+    t.equal(await refund(key, 10, ...grantOf(spent[4]), 600_000), 1, 'its own window\'s refund gives its unit back')
+
+    // Further ahead than the longer window too: Redis's clock stepped back since that row was written.
+    const { now, wrap } = await msTicksNow(10)
+    await client.set(key, windowedRowOf((now + 700_000 * 10) % wrap, now, 3, now, 0, 10, 600_000), 'PX', 5000)
+    const stepped = await short.reserve('c')
+    t.same([stepped.granted, stepped.retryAfterMs], [false, 6000], 'one unit\'s wait of the short bucket')
+    const after = await msTicksNow(10)
+    const ahead = ((await client.getBuffer(key))!.readDoubleLE(1) - after.now + wrap) % wrap
+    t.ok(ahead <= 60_000 * 10 && ahead > 55_000 * 10, `rewritten one short bucket ahead: ${ahead / 10} ms`)
+    t.same(await shapeOf(key), [3, 53, 60_000], 'by the short window')
+    const ttl = await client.pttl(key)
+    t.ok(ttl > 0 && ttl <= 60_000, `and it expires within the short window: PTTL ${ttl}`)
+  })
+
+  t.test('on a window, a stored time more than one window ahead (Redis\'s clock stepped back) is rewritten one window ahead, and a refund keeps the key one window at most', async t => {
+    const { pace, redisKey } = paceOf('window-stepped', 10, 600)
+    const key = redisKey('c')
+    t.teardown(() => client.del(key))
+    const unit = 600_000
+    const { now, wrap } = await msTicksNow(10)
+    await client.set(key, windowedRowOf((now + 30 * unit) % wrap, now, 3, now, 0, 10, 600_000), 'PX', 5000)
+    const refused = await pace.reserve('c')
+    t.same([refused.granted, refused.retryAfterMs], [false, 60_000], 'one unit\'s wait, not half an hour')
+    const after = await msTicksNow(10)
+    const row = (await client.getBuffer(key))!
+    const ahead = (row.readDoubleLE(1) - after.now + wrap) % wrap
+    t.ok(ahead <= 10 * unit && ahead > 9 * unit, `one window ahead of the reserve, not three: ${ahead / unit} units from now`)
+    t.same([row.readDoubleLE(17), row.readUInt32LE(33)], [0, 0], 'a run with no grant in it')
+    t.equal(await refund(key, 10, now, 3, now, 600_000), 0, 'a refund of a grant from before the step gives nothing')
+    const ttl = await client.pttl(key)
+    t.ok(ttl > 595_000 && ttl <= 600_000, `the key expires when the bucket is full again, one window: PTTL ${ttl}`)
+
+    // A refund that comes before any reserve after the step.
+    await client.set(key, windowedRowOf((now + 30 * unit) % wrap, now, 3, now, 0, 10, 600_000), 'PX', 5_000_000)
+    t.equal(await refund(key, 10, now, 3, now, 600_000), 1, 'the latest grant gives its unit back')
+    t.equal(((await client.getBuffer(key))!.readDoubleLE(1) - now + wrap) % wrap, 29 * unit, 'the row one unit earlier')
+    const capped = await client.pttl(key)
+    t.ok(capped > 0 && capped <= 600_000, `no longer than the bucket takes to fill from now: PTTL ${capped}`)
   })
 
   t.test('an answer that came while the event loop was stalled past timeoutMs counts: no outage', async t => {

@@ -14,6 +14,8 @@ type Reply = [remaining: number, run: number, count: number, at: number] | numbe
 interface Call {
   key: string
   perSecond: number
+  /** The window in ms the call carried: none for a one-second pace. */
+  windowMs: number | undefined
   /** Answers with `reply` as the reserve script sends it. */
   resolve: (reply: Reply) => void
   /** Answers with exactly `raw`, whatever it is. */
@@ -34,6 +36,8 @@ class ScriptedClient implements RedisClientLike {
   readonly reserves: Call[] = []
   readonly refunds: string[] = []
   readonly refundedGrants: Array<[run: number, count: number, at: number]> = []
+  /** The window in ms each refund carried: none for a one-second pace. */
+  readonly refundWindows: Array<number | undefined> = []
   /** How refunds fail: their promise rejects, or the call throws (none of ioredis's commands should). */
   refundFails: false | 'rejects' | 'throws' = false
   /** A client that throws instead of returning a promise (none of ioredis's commands should). */
@@ -43,14 +47,15 @@ class ScriptedClient implements RedisClientLike {
     this.scripts.set(name, definition.lua)
   }
 
-  exchangepaceReserveBuffer (key: string, perSecond: number): Promise<Buffer> {
+  exchangepaceReserveBuffer (key: string, perSecond: number, windowMs?: number): Promise<Buffer> {
     if (this.reserveThrows) throw new Error('Connection is closed.')
-    return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, resolve: reply => resolve(encoded(reply)), answer: raw => resolve(raw as Buffer), reject }) })
+    return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, windowMs, resolve: reply => resolve(encoded(reply)), answer: raw => resolve(raw as Buffer), reject }) })
   }
 
-  exchangepaceRefund (key: string, _perSecond: number, run: number, count: number, at: number): Promise<number> {
+  exchangepaceRefund (key: string, _perSecond: number, run: number, count: number, at: number, windowMs?: number): Promise<number> {
     this.refunds.push(key)
     this.refundedGrants.push([run, count, at])
+    this.refundWindows.push(windowMs)
     if (this.refundFails === 'throws') throw new Error('Connection is closed.')
     return this.refundFails === 'rejects' ? Promise.reject(new Error('connection lost')) : Promise.resolve(1)
   }
@@ -92,6 +97,39 @@ t.test('a pace above the rate the scripts count exactly is refused when its rout
   const log = recordingLog().log
   t.throws(() => store.pace('/token', { limit: 2 ** 21 + 1, window: 1 }, local, log), { name: 'TypeError', message: 'exchangepace: RedisStore counts rates up to 2097152 per second exactly; pace "/token" declares perSecond 2097153' })
   t.doesNotThrow(() => store.pace('/token', { limit: 2 ** 21, window: 1 }, local, log))
+})
+
+t.test('a window the scripts cannot count exactly is refused when its route is added, naming the pace', async t => {
+  const { store, local } = setup()
+  const log = recordingLog().log
+  const refused: Array<[limit: number, window: number, message: string]> = [
+    [10, 0.0005, 'exchangepace: RedisStore counts windows in whole milliseconds; pace "/token" declares window 0.0005'],
+    [10, 1e-10, 'exchangepace: RedisStore counts windows in whole milliseconds; pace "/token" declares window 1e-10'],
+    [10, 2.0004, 'exchangepace: RedisStore counts windows in whole milliseconds; pace "/token" declares window 2.0004'],
+    [10, 365 * 86_400 + 1, 'exchangepace: RedisStore counts windows up to 31536000 seconds (365 days); pace "/token" declares window 31536001'],
+    [2 ** 16 + 1, 600, 'exchangepace: RedisStore counts limits up to 65536 per window exactly for windows other than one second; pace "/token" declares limit 65537 per window 600']
+  ]
+  for (const [limit, window, message] of refused) t.throws(() => store.pace('/token', { limit, window }, local, log), { name: 'TypeError', message })
+  for (const [limit, window] of [[2 ** 16, 600], [10, 365 * 86_400], [3, 0.001], [5, 1.001]]) {
+    t.doesNotThrow(() => store.pace('/token', { limit, window }, local, log), `${limit} per ${window} s`)
+  }
+})
+
+t.test('a pace of another window calls both scripts with its window in ms; a one-second pace with none, as before other windows', async t => {
+  const client = new ScriptedClient()
+  const store = new RedisStore({ client, timeoutMs: 1000 })
+  const log = recordingLog().log
+  const paces = [
+    store.pace('/token', { limit: 10, window: 600 }, new Pace({ limit: 10, window: 600, now: () => 0 }), log),
+    // 1.001 x 1000 is 1000.9999999999999 in doubles: the scripts count 1001 ms.
+    store.pace('/odd', { limit: 5, window: 1.001 }, new Pace({ limit: 5, window: 1.001, now: () => 0 }), log),
+    store.pace('/second', { limit: 10, window: 1 }, new Pace({ perSecond: 10, now: () => 0 }), log)
+  ]
+  const reserving = paces.map(pace => pace.reserve('reporting'))
+  t.same(client.reserves.map(c => [c.perSecond, c.windowMs]), [[10, 600_000], [5, 1001], [10, undefined]])
+  for (const call of client.reserves) call.resolve([1, 7000, 1, 7000])
+  for (const reservation of await Promise.all(reserving)) reservation.refund()
+  t.same(client.refundWindows, [600_000, 1001, undefined])
 })
 
 t.test('the store loads one script per operation and keys buckets as prefix + name + ":" + key', async t => {

@@ -266,4 +266,47 @@ export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, u
     t.equal(await rows(app, '/token#source'), 2)
     t.equal(await rows(app, '/token#client'), 1)
   })
+
+  /**
+   * The token endpoint the issue recommends, less its per-source ceiling: exchanges per declared
+   * client, spent on accepted ones, and a failure budget of 10 per 600 s per (client id, source),
+   * spent on rejected ones. Named without ':' so that a store's rows are found by the name.
+   */
+  const budgetRoute = (app: FastifyInstance): void => {
+    app.post('/token', {
+      config: {
+        pace: [
+          { name: 'token', perSecond: 3, key: 'client', spend: 'accepted' },
+          { name: 'token-failures', limit: 10, window: 600, key: ['client', 'source'], spend: 'rejected' }
+        ]
+      }
+    }, tokenHandler)
+  }
+  const exchangeFrom = async (app: FastifyInstance, address: string, secret: string): Promise<{ status: number, retryAfter: unknown }> => {
+    const response = await app.inject({ method: 'POST', url: '/token', remoteAddress: address, ...form(['client_id', 'victim'], ['client_secret', secret]) })
+    return { status: response.statusCode, retryAfter: response.headers['retry-after'] }
+  }
+
+  t.test('a failure budget keyed by client and source: a guesser spends its own pair, the client from its own address keeps its pace', async t => {
+    const app = await build(t, paceOptions(), budgetRoute)
+    const guesses: number[] = []
+    for (let i = 0; i < 10; i++) guesses.push((await exchangeFrom(app, '203.0.113.9', 'guess')).status)
+    t.same(guesses, Array(10).fill(401), 'ten failed authentications are checked')
+    t.same(await exchangeFrom(app, '203.0.113.9', 'guess'), { status: 429, retryAfter: '60' }, 'the eleventh is refused before the check, until one failure refills (60 s)')
+    t.equal(await rows(app, 'token-failures'), 1, 'one row: the guesser\'s pair')
+    t.equal(await rows(app, 'token'), 0, 'the guesses were refunded from the client\'s pace')
+    const own = await Promise.all([1, 2, 3].map(async () => await exchangeFrom(app, '198.51.100.7', 'right-secret')))
+    t.same(own.map(r => r.status), [200, 200, 200], 'the client from its own address gets its whole second')
+    t.equal(await rows(app, 'token-failures'), 1, 'and its pair keeps no row: accepted exchanges give their failure units back')
+  })
+
+  t.test('accepted exchanges never consume the failure budget of their pair', async t => {
+    const app = await build(t, paceOptions(), budgetRoute)
+    t.same([(await exchangeFrom(app, '198.51.100.7', 'right-secret')).status, (await exchangeFrom(app, '198.51.100.7', 'right-secret')).status], [200, 200])
+    t.equal(await rows(app, 'token-failures'), 0)
+    // The client's pace keeps one unit of its 3: each rejected exchange takes it and gives it back.
+    const statuses: number[] = []
+    for (let i = 0; i < 11; i++) statuses.push((await exchangeFrom(app, '198.51.100.7', 'wrong')).status)
+    t.same(statuses, [...Array(10).fill(401), 429], 'the pair still has all ten failures')
+  })
 }

@@ -38,3 +38,47 @@ export function uniquePrefix (label: string): string {
 export function underCI (): boolean {
   return process.env.CI !== undefined && process.env.CI !== '' && process.env.CI !== 'false'
 }
+
+/**
+ * `script` (one of the store's) with TIME read from its last argument, in microseconds, and every
+ * expiry it computes set to 10 minutes: a test on a clock of its own runs faster or slower than
+ * the time it simulates, so an expiry counted on Redis's clock would be wrong (tests on Redis's
+ * own clock check that a key expires when its bucket is full again).
+ */
+export function onTestClock (script: string): string {
+  const clocked = script.replace("redis.call('TIME')", '{0, ARGV[#ARGV]}')
+  const lasting = clocked.replace(/string\.format\('%d', math\.ceil\((after|spent) \/ rate \/ perMs\)\)/g, "'600000'")
+  if (clocked === script || lasting === clocked) throw new Error('the scripts changed: update onTestClock')
+  return lasting
+}
+
+interface ClockedCommands {
+  clockedExchangepaceReserveBuffer (key: string, rate: number, windowMs: number, micros: number): Promise<Buffer>
+  clockedExchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs: number, micros: number): Promise<number>
+}
+
+/**
+ * A client for a RedisStore whose scripts run on the test's clock (`micros`, in microseconds)
+ * instead of Redis TIME, on the real server: the store defines its scripts through it, and its
+ * calls go to those scripts with the clock's reading appended. A one-second pace's calls carry no
+ * window, so they are given the one-second window (1000 ms) before the reading.
+ */
+export class ClockedClient {
+  readonly #client: Redis & ClockedCommands
+
+  constructor (client: Redis, readonly micros: () => number) {
+    this.#client = client as Redis & ClockedCommands
+  }
+
+  defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void {
+    this.#client.defineCommand(`clocked${name[0].toUpperCase()}${name.slice(1)}`, { numberOfKeys: definition.numberOfKeys, lua: onTestClock(definition.lua) })
+  }
+
+  exchangepaceReserveBuffer (key: string, rate: number, windowMs = 1000): Promise<Buffer> {
+    return this.#client.clockedExchangepaceReserveBuffer(key, rate, windowMs, this.micros())
+  }
+
+  exchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs = 1000): Promise<number> {
+    return this.#client.clockedExchangepaceRefund(key, rate, run, count, at, windowMs, this.micros())
+  }
+}
