@@ -22,15 +22,13 @@ function clusterClient (cluster: TestCluster, errors: Error[] = []): Cluster {
   return client
 }
 
-/** The keys under `pattern` on each master, in the masters' order. */
-async function keysPerMaster (client: Cluster, pattern: string): Promise<string[][]> {
+/** The keys under `pattern` on each master of `cluster`, in the order of `cluster.masters`. */
+async function keysPerMaster (client: Cluster, cluster: TestCluster, pattern: string): Promise<string[][]> {
   // Refunds are sent from onResponse without waiting, and ioredis writes auto-pipelined commands on
   // the next turn of the loop: after that turn, a KEYS on a master's connection comes after them.
   await new Promise(resolve => setImmediate(resolve))
-  const masters = client.nodes('master')
-  const ports = masters.map(node => node.options.port!)
-  const keys = await Promise.all(masters.map(node => node.keys(pattern)))
-  return ports.map((_, i) => i).sort((a, b) => ports[a] - ports[b]).map(i => keys[i])
+  const nodes = new Map(client.nodes('master').map(node => [node.options.port, node]))
+  return await Promise.all(cluster.masters.map(({ port }) => nodes.get(port)!.keys(pattern)))
 }
 
 const SECRET = 'cluster-secret'
@@ -68,7 +66,7 @@ export function clusterBehaviour (t: TapTest, cluster: TestCluster): void {
       return { store: new RedisStore({ client, prefix, timeoutMs: 1000 }) }
     }
     const rows = async (_app: unknown, name: string): Promise<number> =>
-      (await keysPerMaster(client, `${prefix}${name}:*`)).flat().length
+      (await keysPerMaster(client, cluster, `${prefix}${name}:*`)).flat().length
     sharedBehaviour(t, store, rows, 2000)
   })
 
@@ -81,7 +79,7 @@ export function clusterBehaviour (t: TapTest, cluster: TestCluster): void {
     for (const [i, id] of ids.entries()) {
       t.same(statuses.slice(4 * i, 4 * i + 4).sort(), [200, 200, 429, 429], `${id}: two granted of four`)
     }
-    const keys = await keysPerMaster(client, `${prefix}/token:*`)
+    const keys = await keysPerMaster(client, cluster, `${prefix}/token:*`)
     t.equal(keys.flat().length, 30, 'one key per client')
     const holding = keys.filter(onMaster => onMaster.length > 0).length
     t.ok(holding > 1, `keys on ${holding} of 3 masters (${keys.map(onMaster => onMaster.length).join(', ')})`)
@@ -100,7 +98,7 @@ export function clusterBehaviour (t: TapTest, cluster: TestCluster): void {
     t.equal(masters.size, 3, 'the ids named fall on all three masters')
     const statuses = await Promise.all(ids.map(id => exchange(app, id, 'guess')))
     t.equal(count(statuses, 401), 60, 'every stranger reached client authentication and failed it')
-    t.same(await keysPerMaster(client, `${prefix}*`), [[], [], []], 'every refunded bucket was full again: no key on any master')
+    t.same(await keysPerMaster(client, cluster, `${prefix}*`), [[], [], []], 'every refunded bucket was full again: no key on any master')
     t.same(await Promise.all(ids.slice(0, 3).map(id => exchange(app, id))), [200, 200, 200], 'the named clients keep their pace')
   })
 
@@ -131,6 +129,43 @@ export function clusterBehaviour (t: TapTest, cluster: TestCluster): void {
     t.notOk(store.unavailable, 'a retry was answered: the store is shared again')
     t.ok(log.some(line => line.level === 30 && /answers again/.test(String(line.msg))), 'and says so once')
     t.equal(log.filter(line => line.level === 40).length, 1, 'no further warning')
+  })
+
+  t.test('a master paused under traffic for all three: no 5xx, each client paced per replica, and the answers of the others end each outage, one warning each, at most one per retryMs', async t => {
+    const prefix = uniquePrefix('cluster-mixed')
+    const log: Array<Record<string, unknown>> = []
+    const store = new RedisStore({ client, prefix, timeoutMs: 100, retryMs: 150 })
+    const app = await tokenServer(t, store, log)
+    const ids = Array.from({ length: 12 }, (_, i) => `mixed-${i}`)
+    const owners = await Promise.all(ids.map(id => cluster.masterOf(`${prefix}/token:${id}`)))
+    const stopped = owners[0]
+    t.ok(owners.some(owner => owner !== stopped), 'some clients live on the masters that keep answering')
+    t.teardown(stopped.resume)
+
+    stopped.pause()
+    const started = performance.now()
+    const granted = new Map(ids.map(id => [id, 0]))
+    const statuses: number[] = []
+    // Six rounds 200 ms apart: long enough for retries, which the clients on the other masters answer.
+    for (let round = 0; round < 6; round++) {
+      if (round > 0) await sleep(200)
+      // Each round starts with another client, so that some retries go to the masters that answer.
+      for (const id of [...ids.slice(round), ...ids.slice(0, round)]) {
+        const status = await exchange(app, id)
+        statuses.push(status)
+        if (status === 200) granted.set(id, granted.get(id)! + 1)
+      }
+    }
+    const elapsedMs = performance.now() - started
+    stopped.resume()
+    t.same(statuses.filter(status => status >= 500), [], 'no request failed because of the store')
+    // The fallback always holds what this replica granted, so switching never adds to a client's second.
+    const bound = Math.floor(2 * (1 + elapsedMs / 1000))
+    for (const [id, units] of granted) t.ok(units >= 1 && units <= bound, `${id}: ${units} granted, at most ${bound} in ${Math.round(elapsedMs)} ms`)
+    // An answer from a master that still answers ends an outage; the next request for the paused
+    // master starts another: one warning each, and no more often than one retry per retryMs.
+    const warnings = log.filter(line => line.level === 40).length
+    t.ok(warnings >= 1 && warnings <= 1 + elapsedMs / 150, `${warnings} warnings in ${Math.round(elapsedMs)} ms`)
   })
 
   t.test('the Cluster clients reported no error through all of it', async t => {
