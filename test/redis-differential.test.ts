@@ -1,8 +1,7 @@
 import t from 'tap'
 import fc from 'fast-check'
-import type { Redis } from 'ioredis'
 import { Pace } from '../lib/pace.js'
-import { SCRIPTS } from '../lib/redis-scripts.js'
+import { defineClocked } from './helpers/clocked-scripts.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 
 // The Lua scripts against the in-process Pace over long random histories: the same decisions, the
@@ -10,20 +9,6 @@ import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 // scripts read a clock the test passes as their last argument (in microseconds) instead of TIME,
 // and expiries are made long (the history runs faster or slower than the time it simulates; other
 // tests check that a key expires when its bucket is full again).
-
-/** `script` with TIME read from the last argument and every expiry set to 10 minutes. */
-function onTestClock (script: string): string {
-  const clocked = script.replace("redis.call('TIME')", '{0, ARGV[#ARGV]}')
-  const lasting = clocked.replace(/string\.format\('%d', math\.ceil\((after|spent) \/ rate \/ 1000\)\)/g, "'600000'")
-  if (clocked === script || lasting === clocked) throw new Error('the scripts changed: update onTestClock')
-  return lasting
-}
-
-interface ClockedCommands {
-  /** The reserve script's reply as it came: 8 bytes (refused: the wait) or 32 (granted: left, run, number, time), doubles. */
-  clockedReserveBuffer (key: string, perSecond: number, micros: number): Promise<Buffer>
-  clockedRefund (key: string, perSecond: number, run: number, count: number, at: number, micros: number): Promise<number>
-}
 
 type Operation =
   | { op: 'advance', units: number }
@@ -41,9 +26,7 @@ const rate = fc.constantFrom(1, 3, 7, 10, 40, 64, 100)
 
 const client = await redisOrSkip()
 if (client !== null) {
-  client.defineCommand('clockedReserve', { numberOfKeys: 1, lua: onTestClock(SCRIPTS.reserve) })
-  client.defineCommand('clockedRefund', { numberOfKeys: 1, lua: onTestClock(SCRIPTS.refund) })
-  const commands = client as Redis & ClockedCommands
+  const commands = defineClocked(client)
   const prefix = uniquePrefix('differential')
   let runs = 0
 
