@@ -70,7 +70,7 @@ if (client !== null) {
         await commands.clockedRefund(key(chosen.key), perSecond, ...chosen.grant, micros())
       }
     }
-    await client.del(key(0), key(1))
+    await commands.del(key(0), key(1))
   }
 
   t.test('at a fractional rate, a row a grant left up to half a microtick past one bucket ahead is no clock step back', async t => {

@@ -197,7 +197,7 @@ export async function startCluster (tt: typeof t, binary: ServerBinary): Promise
     client,
     masterOf: async (key: string) => {
       const slot = await lookup.cluster('KEYSLOT', key)
-      const slots = await lookup.cluster('SLOTS') as Array<[number, number, [string, number]]>
+      const slots = await lookup.cluster('SLOTS')
       const [, , [, port]] = slots.find(([first, last]) => slot >= first && slot <= last)!
       return byPort.get(port)!
     }
