@@ -43,7 +43,7 @@ async function tokenServer (t: TapTest, store: RedisStore, log: Array<Record<str
       }
       return { access_token: 'token', token_type: 'Bearer' }
     })
-  }, { logger: { level: 'info', stream: { write: (line: string) => { log.push(JSON.parse(line)) } } }, disableRequestLogging: true })
+  }, { logger: { level: 'info', stream: { write: (line: string) => { log.push(JSON.parse(line)) } } } })
 }
 
 async function exchange (app: FastifyInstance, id: string, secret = SECRET): Promise<number> {

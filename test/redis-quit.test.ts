@@ -13,7 +13,7 @@ import { form } from './shared-behaviour.js'
 const SECRET = 'quit-secret'
 
 async function server (store: RedisStore, log: Array<Record<string, unknown>>): Promise<FastifyInstance> {
-  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { log.push(JSON.parse(line)) } } }, disableRequestLogging: true })
+  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { log.push(JSON.parse(line)) } } } })
   await app.register(formbody)
   await app.register(exchangePace, { store })
   app.post('/token', { config: { pace: { perSecond: 2, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
