@@ -16,7 +16,7 @@ import { sparePort, startRedisServer } from '../bench/common.js'
 const SECRET = 'reporting-secret'
 
 async function tokenServer (store: RedisStore, logLines: Array<Record<string, unknown>> = []): Promise<FastifyInstance> {
-  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { logLines.push(JSON.parse(line)) } } }, disableRequestLogging: true })
+  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { logLines.push(JSON.parse(line)) } } } })
   await app.register(formbody)
   await app.register(exchangePace, { store })
   app.post('/token', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
