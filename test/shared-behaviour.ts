@@ -96,8 +96,10 @@ function count (statuses: readonly number[], status: number): number {
  * Runs the store-independent behaviours as subtests of `t`. `paceOptions` returns the extra plugin
  * options to register with (`{}` for the defaults, `{ store }` for another store); it is called once
  * per Fastify instance. `rows` counts the rows a pace keeps (default: the in-memory registry's).
+ * `randomIds` is how many random ids the flood of refunded strangers names (default 20000; a
+ * runner whose every request crosses more than one connection, as on a cluster, names fewer).
  */
-export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, unknown>, rows: RowCount = memoryRows): void {
+export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, unknown>, rows: RowCount = memoryRows, randomIds = 20000): void {
   t.test('a concurrent burst of 100 against a rate of 3 with an async handler admits exactly 3', async t => {
     const app = await build(t, paceOptions(), tokenRoute(3))
     const statuses = await Promise.all(Array.from({ length: 100 }, () => postToken(app, 'victim', 'right-secret')))
@@ -126,16 +128,16 @@ export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, u
     t.same(victim, [200, 200, 200, 429], 'the victim still spends its whole second')
   })
 
-  t.test('20000 refunded random ids leave 0 rows', async t => {
+  t.test(`${randomIds} refunded random ids leave 0 rows`, async t => {
     // At 1/s a key that a refund failed to delete would live a second: long enough to be counted.
     const app = await build(t, paceOptions(), tokenRoute(1))
     let rejected = 0
-    for (let batch = 0; batch < 40; batch++) {
+    for (let batch = 0; batch < randomIds / 500; batch++) {
       const statuses = await Promise.all(Array.from({ length: 500 }, (_, i) =>
         postToken(app, `random-${batch}-${i}-${Math.random().toString(36).slice(2)}`, 'nope')))
       rejected += count(statuses, 401)
     }
-    t.equal(rejected, 20000)
+    t.equal(rejected, randomIds)
     t.equal(await rows(app, '/token'), 0)
   })
 

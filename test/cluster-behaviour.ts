@@ -1,0 +1,174 @@
+import type { FastifyInstance } from 'fastify'
+import type { Cluster } from 'ioredis'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { RedisStore } from '../lib/index.js'
+import type { TestCluster } from './helpers/cluster.js'
+import { uniquePrefix } from './helpers/redis.js'
+import { build, form, sharedBehaviour, type TapTest } from './shared-behaviour.js'
+
+/**
+ * The shared-store behaviours on a RedisStore over a three-master cluster, through an ioredis
+ * `Cluster` client: the store-independent suite, replicas sharing one pace, keys spread over the
+ * masters, strangers leaving no key on any, and a master that stops answering. A runner
+ * (test/redis-cluster.test.ts, test/valkey.test.ts) starts the cluster once for its file.
+ *
+ * Not a test file itself (tap runs test/**\/*.test.ts only).
+ */
+
+/** A Cluster client as the tests use it: errors recorded (ioredis would print an unhandled one). */
+function clusterClient (cluster: TestCluster, errors: Error[] = []): Cluster {
+  const client = cluster.client({ enableAutoPipelining: true, redisOptions: { maxRetriesPerRequest: 1 } })
+  client.on('error', (err: Error) => { errors.push(err) })
+  return client
+}
+
+/** The keys under `pattern` on each master of `cluster`, in the order of `cluster.masters`. */
+async function keysPerMaster (client: Cluster, cluster: TestCluster, pattern: string): Promise<string[][]> {
+  // Refunds are sent from onResponse without waiting, and ioredis writes auto-pipelined commands on
+  // the next turn of the loop: after that turn, a KEYS on a master's connection comes after them.
+  await new Promise(resolve => setImmediate(resolve))
+  const nodes = new Map(client.nodes('master').map(node => [node.options.port, node]))
+  return await Promise.all(cluster.masters.map(({ port }) => nodes.get(port)!.keys(pattern)))
+}
+
+const SECRET = 'cluster-secret'
+
+/** A replica's token endpoint: 2 exchanges per second per declared client, client_secret_post. */
+async function tokenServer (t: TapTest, store: RedisStore, log: Array<Record<string, unknown>> = []): Promise<FastifyInstance> {
+  return await build(t, { store }, app => {
+    app.post('/token', { config: { pace: { perSecond: 2, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
+      if ((request.body as Record<string, string>).client_secret !== SECRET) {
+        request.pace!.outcome = 'rejected'
+        return reply.code(401).send({ error: 'invalid_client' })
+      }
+      return { access_token: 'token', token_type: 'Bearer' }
+    })
+  }, { logger: { level: 'info', stream: { write: (line: string) => { log.push(JSON.parse(line)) } } } })
+}
+
+async function exchange (app: FastifyInstance, id: string, secret = SECRET): Promise<number> {
+  return (await app.inject({ method: 'POST', url: '/token', ...form(['client_id', id], ['client_secret', secret]) })).statusCode
+}
+
+/** How many of `statuses` equal `status`. */
+function count (statuses: readonly number[], status: number): number {
+  return statuses.filter(s => s === status).length
+}
+
+export function clusterBehaviour (t: TapTest, cluster: TestCluster): void {
+  const errors: Error[] = []
+  const client = clusterClient(cluster, errors)
+
+  t.test('the store-independent behaviours, through a Cluster client', async t => {
+    let prefix = ''
+    const store = (): Record<string, unknown> => {
+      prefix = uniquePrefix('cluster')
+      return { store: new RedisStore({ client, prefix, timeoutMs: 1000 }) }
+    }
+    const rows = async (_app: unknown, name: string): Promise<number> =>
+      (await keysPerMaster(client, cluster, `${prefix}${name}:*`)).flat().length
+    sharedBehaviour(t, store, rows, 2000)
+  })
+
+  t.test('two replicas, each with its own Cluster client, admit each client the declared rate in total, its keys spread over the masters', async t => {
+    const prefix = uniquePrefix('cluster-replicas')
+    const replicas = await Promise.all([0, 1].map(() => tokenServer(t, new RedisStore({ client: clusterClient(cluster, errors), prefix, timeoutMs: 1000 }))))
+    const ids = Array.from({ length: 30 }, (_, i) => `client-${i}`)
+    // Four requests per client, two on each replica, all at once: 2/s holds in total, not per replica.
+    const statuses = await Promise.all(ids.flatMap(id => [0, 1, 0, 1].map(replica => exchange(replicas[replica], id))))
+    for (const [i, id] of ids.entries()) {
+      t.same(statuses.slice(4 * i, 4 * i + 4).sort(), [200, 200, 429, 429], `${id}: two granted of four`)
+    }
+    const keys = await keysPerMaster(client, cluster, `${prefix}/token:*`)
+    t.equal(keys.flat().length, 30, 'one key per client')
+    const holding = keys.filter(onMaster => onMaster.length > 0).length
+    t.ok(holding > 1, `keys on ${holding} of 3 masters (${keys.map(onMaster => onMaster.length).join(', ')})`)
+    for (const id of ids) {
+      const key = `${prefix}/token:${id}`
+      const master = await cluster.masterOf(key)
+      t.ok(keys[cluster.masters.indexOf(master)].includes(key), `${id}: on the master of its slot`)
+    }
+  })
+
+  t.test('strangers naming ids on every master leave no key on any, and their refunds reach the right master', async t => {
+    const prefix = uniquePrefix('cluster-strangers')
+    const app = await tokenServer(t, new RedisStore({ client, prefix, timeoutMs: 1000 }))
+    const ids = Array.from({ length: 60 }, (_, i) => `named-${i}`)
+    const masters = new Set(await Promise.all(ids.map(id => cluster.masterOf(`${prefix}/token:${id}`))))
+    t.equal(masters.size, 3, 'the ids named fall on all three masters')
+    const statuses = await Promise.all(ids.map(id => exchange(app, id, 'guess')))
+    t.equal(count(statuses, 401), 60, 'every stranger reached client authentication and failed it')
+    t.same(await keysPerMaster(client, cluster, `${prefix}*`), [[], [], []], 'every refunded bucket was full again: no key on any master')
+    t.same(await Promise.all(ids.slice(0, 3).map(id => exchange(app, id))), [200, 200, 200], 'the named clients keep their pace')
+  })
+
+  t.test('a master that stops answering: its keys are paced per replica without a 5xx, with one warning, and the store is shared again once it answers', async t => {
+    const prefix = uniquePrefix('cluster-paused')
+    const log: Array<Record<string, unknown>> = []
+    const store = new RedisStore({ client, prefix, timeoutMs: 200, retryMs: 100 })
+    const app = await tokenServer(t, store, log)
+    const stopped = await cluster.masterOf(`${prefix}/token:frozen`)
+    t.teardown(stopped.resume)
+    t.equal(await exchange(app, 'frozen'), 200, 'granted in Redis before the stop')
+
+    stopped.pause()
+    const during: number[] = []
+    for (let i = 0; i < 6; i++) during.push(await exchange(app, 'frozen'))
+    for (let i = 0; i < 4; i++) during.push(await exchange(app, 'stranger-on-frozen', 'guess'))
+    t.same(during.filter(status => status >= 500), [], 'no request failed because of the store')
+    t.same(during.slice(0, 6), [200, 429, 429, 429, 429, 429], 'paced in memory: the unit spent before the stop is held there too')
+    t.ok(store.unavailable, 'the store counts Redis as unavailable')
+    const warnings = log.filter(line => line.level === 40)
+    t.equal(warnings.length, 1, 'one warning for the outage')
+    t.match(warnings[0]?.msg, /Redis store unavailable \(no answer within 200 ms\); pacing per replica in memory/)
+
+    stopped.resume()
+    await sleep(1100) // the frozen client's unit refills, in memory and in Redis
+    t.equal(await exchange(app, 'thawed'), 200)
+    t.equal(await exchange(app, 'thawed'), 200)
+    t.notOk(store.unavailable, 'a retry was answered: the store is shared again')
+    t.ok(log.some(line => line.level === 30 && /answers again/.test(String(line.msg))), 'and says so once')
+    t.equal(log.filter(line => line.level === 40).length, 1, 'no further warning')
+  })
+
+  t.test('a master paused under traffic for all three: no 5xx, each client paced per replica, and the answers of the others end each outage, one warning each, at most one per retryMs', async t => {
+    const prefix = uniquePrefix('cluster-mixed')
+    const log: Array<Record<string, unknown>> = []
+    const store = new RedisStore({ client, prefix, timeoutMs: 100, retryMs: 150 })
+    const app = await tokenServer(t, store, log)
+    const ids = Array.from({ length: 12 }, (_, i) => `mixed-${i}`)
+    const owners = await Promise.all(ids.map(id => cluster.masterOf(`${prefix}/token:${id}`)))
+    const stopped = owners[0]
+    t.ok(owners.some(owner => owner !== stopped), 'some clients live on the masters that keep answering')
+    t.teardown(stopped.resume)
+
+    stopped.pause()
+    const started = performance.now()
+    const granted = new Map(ids.map(id => [id, 0]))
+    const statuses: number[] = []
+    // Six rounds 200 ms apart: long enough for retries, which the clients on the other masters answer.
+    for (let round = 0; round < 6; round++) {
+      if (round > 0) await sleep(200)
+      // Each round starts with another client, so that some retries go to the masters that answer.
+      for (const id of [...ids.slice(round), ...ids.slice(0, round)]) {
+        const status = await exchange(app, id)
+        statuses.push(status)
+        if (status === 200) granted.set(id, granted.get(id)! + 1)
+      }
+    }
+    const elapsedMs = performance.now() - started
+    stopped.resume()
+    t.same(statuses.filter(status => status >= 500), [], 'no request failed because of the store')
+    // The fallback always holds what this replica granted, so switching never adds to a client's second.
+    const bound = Math.floor(2 * (1 + elapsedMs / 1000))
+    for (const [id, units] of granted) t.ok(units >= 1 && units <= bound, `${id}: ${units} granted, at most ${bound} in ${Math.round(elapsedMs)} ms`)
+    // An answer from a master that still answers ends an outage; the next request for the paused
+    // master starts another: one warning each, and no more often than one retry per retryMs.
+    const warnings = log.filter(line => line.level === 40).length
+    t.ok(warnings >= 1 && warnings <= 1 + elapsedMs / 150, `${warnings} warnings in ${Math.round(elapsedMs)} ms`)
+  })
+
+  t.test('the Cluster clients reported no error through all of it', async t => {
+    t.same(errors, [])
+  })
+}
