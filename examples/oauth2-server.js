@@ -22,7 +22,7 @@ import exchangePace from 'exchangepace'
 const { OAuthError, Request, Response } = OAuth2Server
 
 /**
- * The token endpoint's paces, in the order they are taken. Each rate is per replica.
+ * The token endpoint's paces; a pace added later is one more line. Each rate is per replica.
  * - per declared client id, spent only by exchanges the library accepted: a request that fails
  *   client authentication gives its unit back to the id it named;
  * - per source address, spent by every request: a ceiling on what one address can try.
