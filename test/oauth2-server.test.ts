@@ -106,7 +106,10 @@ t.test('a stranger with a wrong secret spends nothing of the real client\'s pace
   const { configure, tokensLeft, clientRows } = await listening(t)
   const strangerBasic = configure(REPORTING.id, 'guessed-secret', 'basic')
   const strangerPost = configure(REPORTING.id, 'guessed-secret', 'post')
-  for (let i = 0; i < 20; i++) {
+  // Eight wrong secrets from one address: within the failure budget (10 per client id and address)
+  // that a route may add beside these paces, so that the client, calling from the same loopback
+  // address, is not refused by it here.
+  for (let i = 0; i < 4; i++) {
     // A 401 with a WWW-Authenticate challenge: openid-client throws the challenge, not the body.
     await t.rejects(client.clientCredentialsGrant(strangerBasic), {
       name: 'WWWAuthenticateChallengeError',
@@ -115,7 +118,7 @@ t.test('a stranger with a wrong secret spends nothing of the real client\'s pace
     })
     await t.rejects(client.clientCredentialsGrant(strangerPost), { name: 'ResponseBodyError', status: 400, error: 'invalid_client' })
   }
-  t.equal(clientRows(), 0, 'forty refunds leave no row')
+  t.equal(clientRows(), 0, 'eight refunds leave no row')
   t.equal(await tokensLeft(configure(REPORTING.id, REPORTING.secret, 'basic')), 5, 'the client still has its full second')
 })
 
