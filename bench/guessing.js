@@ -28,7 +28,7 @@
 //                                     success), read before the check, consumed on a failure
 //
 // Full: one simulated hour (the figures are per hour as measured, not extrapolated), with the
-// first 60 s reported apart; quick: 60 s; smoke: 5 s.
+// first 60 s reported apart; quick: 60 s; smoke: 2 s.
 //
 // Run alone: node bench/guessing.js [--quick|--smoke] [--out DIR]
 
@@ -50,7 +50,7 @@ const options = parseOptions()
 const settings = byMode(options, {
   full: { seconds: 3600 },
   quick: { seconds: 60 },
-  smoke: { seconds: 5 }
+  smoke: { seconds: 2 }
 })
 /** One guess every ATTACK_MS: 100 a second, twice the per-source ceiling of the recommended paces. */
 const ATTACK_MS = 10
