@@ -15,7 +15,7 @@ import Redis from 'ioredis'
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url))
 export const REPO_DIR = resolve(BENCH_DIR, '..')
-export const PARTS = ['bucket', 'memory', 'http', 'fidelity', 'flood', 'redis', 'instructions']
+export const PARTS = ['bucket', 'memory', 'http', 'fidelity', 'flood', 'redis', 'instructions', 'guessing']
 
 /**
  * `--quick` shortens every part for a quick look; `--smoke` is the shortest form that still runs

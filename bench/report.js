@@ -111,6 +111,7 @@ function summarySection (results) {
       rows.push([`Borrowed name: victim at ${row.clientPerSecond}/s, ${row.strangersPerSecond} strangers/s naming it`, 'victim refused: for reference', `exchangepace ${refused('exchangepace')}, reference ${refused('reference')}, @fastify/rate-limit ${refused('@fastify/rate-limit')}`, ''])
     }
   }
+  if (results.guessing) rows.push(guessingSummaryRow(results.guessing))
   return ['## Summary', '', mdTable(['question', 'target', 'measured (median, spread)', ''], rows, ['l', 'l', 'l', 'l']), ''].join('\n')
 }
 
@@ -363,6 +364,55 @@ function floodSection (flood) {
   return out.join('\n')
 }
 
+const GUESSING_PEERS = ['exchangepace, recommended three', '@fastify/rate-limit, README login example', 'rate-limiter-flexible, login recipe']
+const n = value => value.toLocaleString('en-US')
+/** "per hour" for a run of an hour, "in 60 s" for a shortened one. */
+const guessingSpan = guessing => guessing.seconds === 3600 ? 'per hour' : `in ${guessing.seconds} s`
+
+function guessingSummaryRow (guessing) {
+  const [one, hundred] = Object.keys(guessing.configurations[0].scenarios)
+  const rows = GUESSING_PEERS.map(name => guessing.configurations.find(c => c.name === name))
+  const checked = rows.map(c => `${c.library} ${n(c.scenarios[one].checked)} / ${n(c.scenarios[hundred].checked)}`).join(', ')
+  const refused = rows.map(c => c.scenarios[one].client.refused + c.scenarios[hundred].client.refused).join(', ')
+  return [`Guessing one client's secret: guesses checked ${guessingSpan(guessing)} from ${one} / ${hundred}, the client at its rate`, 'exchangepace the fewest of the three, the client refused 0 times',
+    `${checked}; the client refused ${refused} times`, verdict(guessing.target.met)]
+}
+
+function guessingSection (guessing) {
+  const scenarios = Object.keys(guessing.configurations[0].scenarios)
+  const span = guessingSpan(guessing)
+  const out = ['## 8. Guessing a client\'s secret', '',
+    `Simulated time, each configuration behind a real Fastify token route (\`inject\`, with \`remoteAddress\` set per request). An attacker names the client \`reporting\` with a new wrong secret every ${guessing.attackMs} ms (${1000 / guessing.attackMs} a second, twice the per-source ceiling of the recommended paces), from one address, then in a second run rotating over 100 addresses (each then sends once a second); all the while the real client calls at its exchange rate, ${guessing.clientPerSecond}/s, with its secret, from an address of its own. A guess is **checked** when it reaches the handler's comparison of the secret, that is, when nothing refused it before; checking takes no simulated time here (part 5's borrowed name measures what a slow check holds). ${guessing.seconds === 3600 ? 'Each run simulates a full hour: the figures per hour are counted, not extrapolated, and the first 60 s of the same run are shown apart.' : `This run simulated ${guessing.seconds} s only (a shortened run): no figure below is per hour.`}`,
+    '']
+  out.push(mdTable(['configuration', ...scenarios.flatMap(s => [`checked ${span}, ${s}`, `in the first 60 s, ${s}`]), ...scenarios.map(s => `client refused, ${s}`)], guessing.configurations.map(c => [
+    c.name, ...scenarios.flatMap(s => [n(c.scenarios[s].checked), n(c.scenarios[s].checkedInFirst60s)]), ...scenarios.map(s => `${n(c.scenarios[s].client.refused)} of ${n(c.scenarios[s].client.calls)}`)
+  ])))
+  out.push('', `Target, exchangepace with the recommended paces checking the fewest guesses of the three (@fastify/rate-limit's README example, rate-limiter-flexible's recipe) from one and from 100 addresses, with the client refused 0 times: ${verdict(guessing.target.met)} (fewest: ${guessing.target.fewest ? 'yes' : 'no'}; the client never refused: ${guessing.target.neverRefused ? 'yes' : 'no'}).`, '')
+  out.push(...guessingConfigurations(), '')
+  out.push(...guessingReading(guessing), '')
+  return out.join('\n')
+}
+
+/** How each configuration was set up, and where its setup comes from. */
+function guessingConfigurations () {
+  return ['How each configuration is set up:', '',
+    '- **exchangepace, recommended three**: examples/server.js\'s `TOKEN_PACES`, the README\'s recommended token endpoint: `{ limit: 10, window: 600, key: [\'client\', \'source\'], spend: \'rejected\' }`, `{ perSecond: 5, key: \'client\', spend: \'accepted\' }`, `{ perSecond: 50, key: \'source\', spend: \'every\' }`; the handler sets `request.pace.outcome = \'rejected\'` on a wrong secret. **three + per-source budget**: the same and the README\'s `{ limit: 100, window: 86400, key: \'source\', spend: \'rejected\' }`.',
+    '- **@fastify/rate-limit, README login example** (11.2): its README\'s example for `{ increment: false }`, which it introduces as "useful when a limit should only be enforced on certain outcomes (e.g. failed login attempts) while still checking the status before processing": `const checkRateLimit = fastify.createRateLimit({ max: 5, timeWindow: \'1 minute\' })`, then in the route `const status = await checkRateLimit(request, { increment: false })`, `if (status.isExceeded) { return reply.code(429).send({ error: \'Too many attempts\' }) }`, and after the check `// Only consume a request when the login fails` `await checkRateLimit(request)`. Here the peek runs in a preHandler and the consumption in the handler after the comparison; the key is the plugin\'s default, `request.ip`. A peek reports `isExceeded` when the count is over `max` (`current > max`), so a fixed window of one minute lets 6 failures through, not 5. **the same keyed by client id**: that limiter with `keyGenerator: request => request.body.client_id`, the per-username limit the issue warns of.',
+    '- **rate-limiter-flexible, login recipe** (11.4): the "Login endpoint protection" example its README links to on its wiki. The limiters as the library\'s own reference gives them (skills/rate-limiter-flexible/references/full-reference.md in its repository: "Two limiters: one for consecutive fails by username, one for fails per IP per day"): `limiterSlowBruteByIP` with `points: 100, duration: 60 * 60 * 24, blockDuration: 60 * 60 * 24` and `limiterConsecutiveFailsByUsernameAndIP` with `points: 10, duration: 60 * 60 * 24 * 90, blockDuration: 60 * 60`; "Key pattern: `get()` first (cheap read), then `consume()` only on failure. Reset on successful login: `await limiter.delete(key)`." The route as the wiki\'s `loginRoute` does it (the wiki itself was not at hand; its code as copied into many projects): both records read before the check, refused with 429 when `resSlowByIP.consumedPoints > maxWrongAttemptsByIPperDay` or `resUsernameAndIP.consumedPoints > maxConsecutiveFailsByUsernameAndIP`; on a wrong password both consumed (the pair "only for registered users", as the named client is), a rejection answered 429; on a success the pair\'s record deleted when it held points. The username is the declared client id (the recipe\'s `getUsernameIPkey` joins it to the address with an underscore). One copy of the recipe (goldbergyoni/nodebestpractices) refuses at `remainingPoints <= 0` instead, which checks 10 guesses per block rather than 11. The recipe is written for Redis; it runs here on `RateLimiterMemory` whose records expire by the simulated clock at their `expiresAt`, as a Redis key with an expiry would (its own timers cannot hold 90 days: the library\'s reference gives RateLimiterMemory about 24 days at most, as `setTimeout` does).']
+}
+
+/** What the figures say, with the arithmetic each configuration implies. */
+function guessingReading (guessing) {
+  const [one, hundred] = Object.keys(guessing.configurations[0].scenarios)
+  const of = name => guessing.configurations.find(c => c.name === name).scenarios
+  const recommended = of('exchangepace, recommended three')
+  const recipe = of('rate-limiter-flexible, login recipe')
+  const keyed = of('@fastify/rate-limit, the same keyed by client id')
+  const refusing = guessing.configurations.filter(c => c.name !== '@fastify/rate-limit, the same keyed by client id' && Object.values(c.scenarios).some(s => s.client.refused > 0))
+  const others = refusing.length === 0 ? 'No other configuration refused the real client.' : `Also refusing the real client: ${refusing.map(c => c.name).join(', ')}.`
+  return [`Reading the table. exchangepace's failure budget is a bucket of 10 refilled at 10 per 600 s: a pair gets at most 10 x (1 + t / 600) guesses in any t seconds, 10 at once and then one a minute (${n(recommended[one].checked)} ${guessingSpan(guessing)} from ${one}; each of the ${hundred} is a pair of its own, ${n(recommended[hundred].checked)} in all). rate-limiter-flexible's recipe checks the 11th consecutive failure of a pair before blocking it for an hour (${n(recipe[one].checked)} from ${one}, ${n(recipe[hundred].checked)} from ${hundred}); its per-IP limit (100 a day, then a day's block) binds only in the tenth such hour. @fastify/rate-limit's README example opens a fixed window of a minute per address: 6 a minute, each minute. The per-source budget changes nothing within an hour of guessing one client: from one address it allows 100 + 100 x t / 86400 failures, more than the pair budget's 10 + t / 60 until about 1.6 hours (it is there for a guesser that spreads over many client ids, which this part does not measure). Keyed by client id, @fastify/rate-limit's example holds every address together to 6 a minute, and for that the real client is refused ${n(keyed[one].client.refused)} of ${n(keyed[one].client.calls)} times: the attacker's failures lock it out. ${others}`]
+}
+
 const SCHEDULE_NOTES = {
   'window edge': "a burst 1 ms before @fastify/rate-limit's window rolls over and another as it does, every 2 s",
   greedy: 'fire until refused, every 10 ms'
@@ -439,9 +489,9 @@ export function writeReport ({ resultsDir, docsDir }) {
     '',
     '<!-- Generated by `npm run bench` (bench/run.js, bench/report.js) from bench/results/*.json: edit the generator, not this file. -->',
     '',
-    'Four questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, and whether an attacker can reset or exhaust it; and, for a pace shared through Redis, what that costs. Each part below answers one, with @fastify/rate-limit (and, for the bucket, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
+    'Five questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, whether an attacker can reset or exhaust it, and how many guesses at a client\'s secret it lets reach the check; and, for a pace shared through Redis, what that costs. Each part below answers one, with @fastify/rate-limit (and, for the bucket and the guessing, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
     '',
-    'Run it: `npm run bench` (all parts, about 32 minutes), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
+    'Run it: `npm run bench` (all parts, about 32 minutes before the guessing part, whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
     '',
     summarySection(results),
     machineSection(results),
@@ -451,7 +501,8 @@ export function writeReport ({ resultsDir, docsDir }) {
     results.fidelity ? fidelitySection(results.fidelity, svgName) : null,
     results.flood ? floodSection(results.flood) : null,
     results.redis ? redisSection(results.redis) : null,
-    results.instructions ? instructionsSection(results.instructions) : null
+    results.instructions ? instructionsSection(results.instructions) : null,
+    results.guessing ? guessingSection(results.guessing) : null
   ].filter(section => section !== null).join('\n')
   writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
   written.push(join(docsDir, 'benchmarks.md'))

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // `npm run bench`: runs the benchmark parts, each in its own process, then regenerates the report.
 //
-//   npm run bench                         every part, full length (about 32 minutes); raw JSON in
+//   npm run bench                         every part, full length (about 32 minutes, and 5 to 15 more
+//                                         for the guessing part's simulated hour); raw JSON in
 //                                         bench/results/, report in docs/benchmarks.md and docs/fidelity.svg
 //   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is
 //                                         rebuilt from the latest JSON of every part
@@ -15,7 +16,8 @@
 //
 // Parts: bucket (ns per call), memory (bytes per key, floods), http (CPU per request over
 // loopback, servers pinned with taskset), fidelity (admitted per window), flood (key flood), redis
-// (the same route on Redis stores), instructions (instructions per request under callgrind).
+// (the same route on Redis stores), instructions (instructions per request under callgrind),
+// guessing (guesses at one client's secret that reach the check, over a simulated hour).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -33,7 +35,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

@@ -135,6 +135,37 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.ok(rateLimit.victimRefused > 4, `@fastify/rate-limit refused ${rateLimit.victimRefused} of 8`)
   })
 
+  t.test('guessing: the failure budget bounds one address, no budget keyed by source locks the client out', async t => {
+    const guessing = read(out, 'guessing')
+    t.same([guessing.seconds, guessing.attackMs, guessing.clientPerSecond], [2, 10, 5], '2 simulated seconds, a guess every 10 ms, the client at 5/s')
+    const checked = Object.fromEntries(guessing.configurations.map((c: Json) => [c.name, [c.scenarios['1 address'].checked, c.scenarios['100 addresses'].checked]]))
+    const refused = Object.fromEntries(guessing.configurations.map((c: Json) => [c.name, [c.scenarios['1 address'].client.refused, c.scenarios['100 addresses'].client.refused]]))
+    // The pair budget admits at most limit x (1 + t / window) = 10 x (1 + 2 / 600) in 2 s, so 10 from
+    // one address; from 100, each address sends 2 guesses, all within its own pair's budget.
+    t.same(checked, {
+      'exchangepace, recommended three': [10, 200],
+      'exchangepace, three + per-source budget': [10, 200],
+      '@fastify/rate-limit, README login example': [6, 200],
+      '@fastify/rate-limit, the same keyed by client id': [6, 6],
+      'rate-limiter-flexible, login recipe': [11, 200]
+    }, 'guesses checked, from 1 and from 100 addresses')
+    t.same(refused, {
+      'exchangepace, recommended three': [0, 0],
+      'exchangepace, three + per-source budget': [0, 0],
+      '@fastify/rate-limit, README login example': [0, 0],
+      '@fastify/rate-limit, the same keyed by client id': [9, 9],
+      'rate-limiter-flexible, login recipe': [0, 0]
+    }, 'the real client refused: only by the limit keyed by client id, from its second call on')
+    for (const c of guessing.configurations) {
+      for (const s of Object.values(c.scenarios) as Json[]) {
+        t.same([s.attempts, s.client.calls], [200, 10], `${c.name}, ${s.addresses} address(es): every guess and call answered`)
+        t.equal(s.checkedInFirst60s, s.checked, 'the whole run is within the first 60 s')
+      }
+    }
+    t.equal(guessing.target.met, guessing.target.fewest && guessing.target.neverRefused)
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), "## 8. Guessing a client's secret")
+  })
+
   t.test('redis: both Redis stores answered, the refund path too', async t => {
     const redis = read(out, 'redis')
     if (!ran(t, 'the Redis part', redis.skipped)) return

@@ -1,0 +1,300 @@
+// Part 8, guessing: how many guesses at one client's secret reach the secret check, and is the
+// real client refused meanwhile?
+//
+// In simulated time (bench/simulated.js), each configuration behind a real Fastify token route,
+// through inject with `remoteAddress` set per request. An attacker names the client `reporting`
+// with a new wrong secret every ATTACK_MS of simulated time, from one address, then (a second run)
+// rotating over 100 addresses; all the while the real client calls at its exchange rate, 5/s, with
+// its secret, from an address of its own. A guess is *checked* when it reaches the handler's
+// comparison of the secret, that is, when no limit refused it before. Checking takes no simulated
+// time here (part 5's borrowed name measures what a slow check holds).
+//
+// Configurations:
+//   exchangepace, recommended three   examples/server.js's TOKEN_PACES: a failure budget per
+//                                     (client id, source) of 10 per 10 minutes, 5/s per client id
+//                                     spent on accepted exchanges, 50/s per source on every request
+//   exchangepace, three + per-source budget
+//                                     the same and the README's 100 failures per day per source
+//   @fastify/rate-limit, README login the README's `{ increment: false }` example: a limiter from
+//                                     fastify.createRateLimit({ max: 5, timeWindow: '1 minute' }),
+//                                     peeked before the check, consumed on a failure; keyed by
+//                                     request.ip, its default
+//   ... keyed by client id            the same limiter with a keyGenerator reading the body's
+//                                     client_id: the per-client lock-out the issue warns of
+//   rate-limiter-flexible, login recipe
+//                                     its wiki's "Login endpoint protection": failures per IP per
+//                                     day (100, then blocked a day) and consecutive failures per
+//                                     username and IP (10, then blocked an hour; deleted on a
+//                                     success), read before the check, consumed on a failure
+//
+// Full: one simulated hour (the figures are per hour as measured, not extrapolated), with the
+// first 60 s reported apart; quick: 60 s; smoke: 2 s.
+//
+// Run alone: node bench/guessing.js [--quick|--smoke] [--out DIR]
+
+import { createRequire } from 'node:module'
+import Fastify from 'fastify'
+import formbody from '@fastify/formbody'
+import rateLimit from '@fastify/rate-limit'
+import exchangePace from 'exchangepace'
+import { TOKEN_PACES } from '../examples/server.js'
+import { CLIENT_ID, CLIENT_SECRET, FORM, tokenBody } from './apps.js'
+import { byMode, log, parseOptions, table, writeResult } from './common.js'
+import { simulatedClock, withSimulatedDateNow } from './simulated.js'
+
+const require = createRequire(import.meta.url)
+const { RateLimiterMemory, RateLimiterRes } = require('rate-limiter-flexible')
+const MemoryStorage = require('rate-limiter-flexible/lib/component/MemoryStorage/MemoryStorage')
+
+const options = parseOptions()
+const settings = byMode(options, {
+  full: { seconds: 3600 },
+  quick: { seconds: 60 },
+  smoke: { seconds: 2 }
+})
+/** One guess every ATTACK_MS: 100 a second, twice the per-source ceiling of the recommended paces. */
+const ATTACK_MS = 10
+/** The real client: 5 a second (its exchange rate), from 5 ms on, so it never ties with a guess. */
+const CLIENT_MS = 200
+const CLIENT_FROM_MS = 5
+const CLIENT_ADDRESS = '192.0.2.10'
+const ATTACKERS = { '1 address': ['203.0.113.7'], '100 addresses': Array.from({ length: 100 }, (_, i) => `198.51.100.${i + 1}`) }
+const FIRST_SPAN_MS = 60_000
+const PER_SOURCE_BUDGET = { limit: 100, window: 86400, key: 'source', spend: 'rejected' }
+
+const INVALID_CLIENT = { error: 'invalid_client' }
+const TOKEN = { access_token: 'eyJhbGciOiJub25lIn0.eyJzdWIiOiJyZXBvcnRpbmcifQ.', token_type: 'Bearer', expires_in: 3600 }
+
+/** exchangepace with `paces` on the route: a failed authentication sets the outcome flag. */
+function exchangepaceWith (name, paces) {
+  return {
+    name,
+    library: 'exchangepace',
+    setup: paces,
+    async register (app, clock) {
+      await app.register(exchangePace, { now: clock.now })
+      return { config: { pace: paces } }
+    },
+    failed (request, reply) {
+      request.pace.outcome = 'rejected'
+      return reply.code(401).send(INVALID_CLIENT)
+    }
+  }
+}
+
+/**
+ * @fastify/rate-limit as its README's example of `{ increment: false }` shows for a login route:
+ * peek before the check, refuse when exceeded, consume only when the login fails.
+ */
+function fastifyRateLimitWith (name, keyGenerator) {
+  const limiterOptions = { max: 5, timeWindow: '1 minute', ...(keyGenerator === undefined ? {} : { keyGenerator }) }
+  let checkRateLimit
+  return {
+    name,
+    library: '@fastify/rate-limit',
+    setup: { createRateLimit: { ...limiterOptions, keyGenerator: keyGenerator === undefined ? 'request.ip (default)' : String(keyGenerator) } },
+    async register (app) {
+      await app.register(rateLimit, { global: false })
+      checkRateLimit = app.createRateLimit(limiterOptions)
+      return {
+        preHandler: async (request, reply) => {
+          const status = await checkRateLimit(request, { increment: false })
+          if (status.isExceeded) return reply.code(429).send({ error: 'Too many attempts' })
+        }
+      }
+    },
+    async failed (request, reply) {
+      await checkRateLimit(request)
+      return reply.code(401).send(INVALID_CLIENT)
+    }
+  }
+}
+
+/**
+ * rate-limiter-flexible's in-memory storage with its records expiring by the simulated clock
+ * instead of by timers: a record is gone from its `expiresAt` on, as the recipe's Redis key (PX)
+ * would be. No timer is armed, so the recipe's 90-day duration does not overflow setTimeout
+ * (RateLimiterMemory itself takes at most about 24 days, its documentation says).
+ */
+class SimulatedMemoryStorage extends MemoryStorage {
+  set (key, value, durationSec) {
+    const durationMs = durationSec * 1000
+    this._storage.set(key, { value, expiresAt: durationMs > 0 ? Date.now() + durationMs : null, timeoutId: null })
+    return new RateLimiterRes(0, durationMs > 0 ? durationMs : -1, value, true)
+  }
+
+  get (key) {
+    const expiresAt = this._storage.get(key)?.expiresAt
+    if (expiresAt != null && expiresAt <= Date.now()) this._storage.delete(key)
+    return super.get(key)
+  }
+}
+
+/** A RateLimiterMemory on the simulated clock (its storage is private: replaced here, for the bench alone). */
+function simulatedLimiter (opts) {
+  const limiter = new RateLimiterMemory(opts)
+  limiter._memoryStorage = new SimulatedMemoryStorage()
+  return limiter
+}
+
+const MAX_WRONG_ATTEMPTS_BY_IP_PER_DAY = 100
+const MAX_CONSECUTIVE_FAILS_BY_USERNAME_AND_IP = 10
+const RLF_LIMITERS = {
+  slowBruteByIP: { keyPrefix: 'login_fail_ip_per_day', points: MAX_WRONG_ATTEMPTS_BY_IP_PER_DAY, duration: 60 * 60 * 24, blockDuration: 60 * 60 * 24 },
+  consecutiveFailsByUsernameAndIP: { keyPrefix: 'login_fail_consecutive_username_and_ip', points: MAX_CONSECUTIVE_FAILS_BY_USERNAME_AND_IP, duration: 60 * 60 * 24 * 90, blockDuration: 60 * 60 }
+}
+
+/** The 429 of the recipe, with its Retry-After. */
+const tooMany = (reply, res) => reply.code(429).header('retry-after', String(Math.round(res.msBeforeNext / 1000) || 1)).send({ error: 'Too Many Requests' })
+
+/**
+ * rate-limiter-flexible's "Login endpoint protection" recipe, with the declared client id as the
+ * username: both limiters read before the check (the route refuses when either is over its
+ * points), both consumed on a failure (the named client exists, so the recipe counts its pair), the
+ * pair's record deleted on a success.
+ */
+function rateLimiterFlexibleRecipe () {
+  const slowBruteByIP = simulatedLimiter(RLF_LIMITERS.slowBruteByIP)
+  const consecutiveFailsByUsernameAndIP = simulatedLimiter(RLF_LIMITERS.consecutiveFailsByUsernameAndIP)
+  const usernameIPkey = request => `${request.body.client_id}_${request.ip}`
+  const seen = new WeakMap() // request -> the pair's record as read before the check
+  return {
+    name: 'rate-limiter-flexible, login recipe',
+    library: 'rate-limiter-flexible',
+    setup: RLF_LIMITERS,
+    async register () {
+      return {
+        preHandler: async (request, reply) => {
+          const [resUsernameAndIP, resSlowByIP] = await Promise.all([
+            consecutiveFailsByUsernameAndIP.get(usernameIPkey(request)),
+            slowBruteByIP.get(request.ip)
+          ])
+          seen.set(request, resUsernameAndIP)
+          if (resSlowByIP !== null && resSlowByIP.consumedPoints > MAX_WRONG_ATTEMPTS_BY_IP_PER_DAY) return tooMany(reply, resSlowByIP)
+          if (resUsernameAndIP !== null && resUsernameAndIP.consumedPoints > MAX_CONSECUTIVE_FAILS_BY_USERNAME_AND_IP) return tooMany(reply, resUsernameAndIP)
+        }
+      }
+    },
+    async failed (request, reply) {
+      try {
+        await Promise.all([slowBruteByIP.consume(request.ip), consecutiveFailsByUsernameAndIP.consume(usernameIPkey(request))])
+        return reply.code(401).send(INVALID_CLIENT)
+      } catch (rejected) {
+        if (rejected instanceof Error) throw rejected
+        return tooMany(reply, rejected)
+      }
+    },
+    async accepted (request) {
+      const resUsernameAndIP = seen.get(request)
+      if (resUsernameAndIP !== null && resUsernameAndIP.consumedPoints > 0) await consecutiveFailsByUsernameAndIP.delete(usernameIPkey(request))
+    }
+  }
+}
+
+const CONFIGURATIONS = [
+  exchangepaceWith('exchangepace, recommended three', TOKEN_PACES),
+  exchangepaceWith('exchangepace, three + per-source budget', [...TOKEN_PACES, PER_SOURCE_BUDGET]),
+  fastifyRateLimitWith('@fastify/rate-limit, README login example'),
+  fastifyRateLimitWith('@fastify/rate-limit, the same keyed by client id', request => request.body.client_id),
+  rateLimiterFlexibleRecipe()
+]
+
+/** The token route of `configuration`; every wrong secret that reaches the check is pushed on `checked` at its simulated time. */
+async function buildApp (configuration, clock, checked) {
+  const app = Fastify()
+  await app.register(formbody)
+  const routeOptions = await configuration.register(app, clock)
+  app.post('/token', routeOptions, async (request, reply) => {
+    if (request.body.client_id !== CLIENT_ID || request.body.client_secret !== CLIENT_SECRET) {
+      checked.push(clock.ms)
+      return configuration.failed(request, reply)
+    }
+    await configuration.accepted?.(request)
+    return reply.code(200).send(TOKEN)
+  })
+  await app.ready()
+  return app
+}
+
+/** Counts `status` in `statuses`, which must be one of `expected`. */
+function count (statuses, status, expected, who) {
+  if (!expected.includes(status)) throw new Error(`guessing: unexpected status ${status} for the ${who}`)
+  statuses[status] = (statuses[status] ?? 0) + 1
+}
+
+/** One run: the attacker from `addresses` and the real client, interleaved in time order, for `seconds`. */
+async function run (configuration, addresses, seconds) {
+  const clock = simulatedClock()
+  const checked = []
+  const attacker = {}
+  const client = {}
+  await withSimulatedDateNow(clock, async () => {
+    const app = await buildApp(configuration, clock, checked)
+    const send = (remoteAddress, payload) => app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload, remoteAddress })
+    const clientBody = tokenBody(CLIENT_ID, CLIENT_SECRET)
+    try {
+      for (let guess = 0, call = 0; ;) {
+        const guessAt = guess * ATTACK_MS
+        const callAt = CLIENT_FROM_MS + call * CLIENT_MS
+        clock.ms = Math.min(guessAt, callAt)
+        if (clock.ms >= seconds * 1000) break
+        if (callAt < guessAt) {
+          count(client, (await send(CLIENT_ADDRESS, clientBody)).statusCode, [200, 429], 'real client')
+          call++
+        } else {
+          count(attacker, (await send(addresses[guess % addresses.length], tokenBody(CLIENT_ID, `guess-${guess}`))).statusCode, [401, 429], 'attacker')
+          guess++
+        }
+      }
+    } finally {
+      await app.close()
+    }
+  })
+  const perMinute = new Array(Math.ceil(seconds / 60)).fill(0)
+  for (const at of checked) perMinute[Math.floor(at / 60_000)]++
+  return {
+    addresses: addresses.length,
+    attempts: Object.values(attacker).reduce((a, b) => a + b, 0),
+    checked: checked.length,
+    checkedInFirst60s: checked.filter(at => at < FIRST_SPAN_MS).length,
+    checkedPerMinute: perMinute,
+    attackerStatuses: attacker,
+    client: { calls: Object.values(client).reduce((a, b) => a + b, 0), refused: client[429] ?? 0, statuses: client }
+  }
+}
+
+const results = []
+for (const configuration of CONFIGURATIONS) {
+  const row = { name: configuration.name, library: configuration.library, setup: configuration.setup, scenarios: {} }
+  for (const [scenario, addresses] of Object.entries(ATTACKERS)) {
+    const started = performance.now()
+    row.scenarios[scenario] = await run(configuration, addresses, settings.seconds)
+    log(`guessing: ${configuration.name}, ${scenario}: ${row.scenarios[scenario].checked} guesses checked, real client refused ${row.scenarios[scenario].client.refused} (${((performance.now() - started) / 1000).toFixed(1)} s)`)
+  }
+  results.push(row)
+}
+
+log(`\nguessing: one client's secret, a guess every ${ATTACK_MS} ms, the real client at ${1000 / CLIENT_MS}/s, ${settings.seconds} s simulated`)
+log(table(['configuration', ...Object.keys(ATTACKERS).flatMap(s => [`checked, ${s}`, `first 60 s, ${s}`, `client refused, ${s}`])], results.map(r => [
+  r.name, ...Object.values(r.scenarios).flatMap(s => [s.checked, s.checkedInFirst60s, `${s.client.refused} of ${s.client.calls}`])
+])))
+
+/** The goal: exchangepace's recommended paces check the fewest guesses of the three, and never refuse the real client. */
+const [recommended] = results
+const peers = results.filter(r => r.name === '@fastify/rate-limit, README login example' || r.name === 'rate-limiter-flexible, login recipe')
+const fewest = Object.keys(ATTACKERS).every(s => peers.every(peer => recommended.scenarios[s].checked <= peer.scenarios[s].checked))
+const neverRefused = Object.values(recommended.scenarios).every(s => s.client.refused === 0)
+const file = writeResult(options, 'guessing', {
+  description: "an attacker guessing one client's secret from 1 and from 100 addresses while the client calls at its rate, simulated time, guesses that reached the secret check",
+  seconds: settings.seconds,
+  attackMs: ATTACK_MS,
+  clientPerSecond: 1000 / CLIENT_MS,
+  target: {
+    what: 'exchangepace with the recommended three paces checks the fewest guesses of the three (from 1 and from 100 addresses), and refuses the real client zero times',
+    met: fewest && neverRefused,
+    fewest,
+    neverRefused
+  },
+  configurations: results
+})
+log(`\nguessing: wrote ${file}`)
