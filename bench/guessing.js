@@ -11,7 +11,7 @@
 //
 // Configurations:
 //   exchangepace, recommended three   examples/server.js's TOKEN_PACES: a failure budget per
-//                                     (client id, source) of 10 per 10 minutes, 5/s per client id
+//                                     (client id, source) of 5 an hour, 5/s per client id
 //                                     spent on accepted exchanges, 50/s per source on every request
 //   exchangepace, three + per-source budget
 //                                     the same and the README's 100 failures per day per source

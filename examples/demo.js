@@ -159,7 +159,7 @@ function printReport (log, phases, rows) {
   log('granted:  answered 2xx (or /authorize\'s 302 with a code)')
   log('rejected: answered 4xx other than 429 (here: 401 invalid_client, the wrong secret)')
   log('limited:  answered 429 by a pace, with Retry-After; the handler did not run. The guesser\'s come from')
-  log('          /token#client+source:rejected: 10 failures per 10 minutes for one client id from one address;')
+  log('          /token#client+source:rejected: 5 failures an hour for one client id from one address;')
   log('          the flood\'s from /token#source: one address gets 50 token requests a second, whatever ids it names')
   log(`refunded: units of ${CLIENT_PACE} given back because the handler flagged the exchange rejected`)
   log(`client rows: live rows in ${CLIENT_PACE} after the phase (a row exists only for a key that spent)`)

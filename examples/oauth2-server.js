@@ -22,12 +22,16 @@ import exchangePace from 'exchangepace'
 const { OAuthError, Request, Response } = OAuth2Server
 
 /**
- * The token endpoint's paces; a pace added later is one more line. Each rate is per replica.
+ * The token endpoint's paces, as the README recommends them. Each rate is per replica.
+ * - a failure budget per (declared client id, source address), spent only by exchanges the library
+ *   rejected: 5 an hour, so guessing a client's secret is slow, and the client, calling from its
+ *   own addresses, never meets a guesser's budget;
  * - per declared client id, spent only by exchanges the library accepted: a request that fails
  *   client authentication gives its unit back to the id it named;
  * - per source address, spent by every request: a ceiling on what one address can try.
  */
 const TOKEN_ENDPOINT_PACES = [
+  { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
   { perSecond: 5, key: 'client', spend: 'accepted' },
   { perSecond: 50, key: 'source', spend: 'every' }
 ]

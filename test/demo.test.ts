@@ -50,8 +50,8 @@ t.test('the legitimate client gets its rate', async t => {
   t.equal(burst.refunded, 0)
 })
 
-t.test('a guesser naming the client gets ten wrong secrets, and does not reduce the client\'s pace', async t => {
-  t.match(stranger, { sent: 30, granted: 0, rejected: 10, limited: 20, refunded: 10 }, 'ten failures, then 429 before any secret is checked; every failure refunded to the client')
+t.test('a guesser naming the client gets five wrong secrets, and does not reduce the client\'s pace', async t => {
+  t.match(stranger, { sent: 30, granted: 0, rejected: 5, limited: 25, refunded: 5 }, 'five failures, then 429 before any secret is checked; every failure refunded to the client')
   t.equal(stranger.clientRows, 0, 'and leaves no row in the client\'s pace')
   t.match(afterStranger, { sent: 5, granted: 5, limited: 0 }, 'the client, from its own address, still gets its full second right after')
 })
@@ -74,7 +74,7 @@ t.test('the authorization endpoint spends per source', async t => {
 
 t.test('the rows left are those of the keys that spent', async t => {
   t.same(rows, [
-    { name: '/token#client+source:rejected', limit: 10, window: 600, rows: 1 + flood.rejected },
+    { name: '/token#client+source:rejected', limit: 5, window: 3600, rows: 1 + flood.rejected },
     { name: '/token#client', limit: 5, window: 1, rows: 1 },
     { name: '/token#source', limit: 50, window: 1, rows: 1 },
     { name: '/authorize', limit: 10, window: 1, rows: 1 }

@@ -49,22 +49,22 @@ t.test('every failure of client authentication is refunded and leaves no row', a
     t.equal(response.statusCode, statusCode, what)
     t.equal(response.json().error, error, what)
     // The caller's own quotas only: its address's ceiling, and its failure budget for the id it named.
-    const failures = headers.authorization !== undefined || /client_id=/.test(payload) ? ', "/token#client+source:rejected";q=10;w=600' : ''
+    const failures = headers.authorization !== undefined || /client_id=/.test(payload) ? ', "/token#client+source:rejected";q=5;w=3600' : ''
     t.equal(response.headers['ratelimit-policy'], `"/token#source";q=50;w=1${failures}`, `${what}: only the caller's own quotas are shown`)
   }
   t.equal(clientRows(), 0)
   t.equal(app.pace.get('/token#client+source:rejected')!.size, 2, 'the failures are kept, per named id and address: reporting and nobody')
 })
 
-t.test('a guesser gets ten wrong secrets per ten minutes from one address; the client, from its own, keeps its rate', async t => {
+t.test('a guesser gets five wrong secrets an hour from one address; the client, from its own, keeps its rate', async t => {
   const { app } = await server(t)
   const from = (address: string, secret: string) => app.inject({ method: 'POST', url: '/token', remoteAddress: address, headers: { ...form, authorization: basic('reporting', secret) }, payload: 'grant_type=client_credentials' })
   const guesses = []
-  for (let i = 0; i < 12; i++) guesses.push((await from('203.0.113.9', `guess-${i}`)).statusCode)
-  t.same(guesses, [...Array(10).fill(401), 429, 429])
+  for (let i = 0; i < 7; i++) guesses.push((await from('203.0.113.9', `guess-${i}`)).statusCode)
+  t.same(guesses, [...Array(5).fill(401), 429, 429])
   const refused = await from('203.0.113.9', 'reporting-secret')
   t.equal(refused.statusCode, 429, 'even the right secret: the budget is spent before credentials are checked')
-  t.equal(refused.headers['retry-after'], '60')
+  t.equal(refused.headers['retry-after'], '720', 'one failure back every 12 minutes')
   const client = []
   for (let i = 0; i < 6; i++) client.push((await from('198.51.100.7', 'reporting-secret')).statusCode)
   t.same(client, [200, 200, 200, 200, 200, 429], 'its own 5 a second')

@@ -27,12 +27,12 @@ t.test('the token route states its three paces, their keys, and that they are pe
   t.match(token.description, /^Issues access tokens for the client_credentials grant/, 'the route keeps its own description first')
   t.match(token.description, '5 requests per second per declared client id (rejected exchanges are refunded)')
   t.match(token.description, '50 requests per second per source address (every request counts)')
-  t.match(token.description, '10 failed client authentications per 10 minutes per declared client id and source address (accepted exchanges are refunded)')
+  t.match(token.description, '5 failed client authentications per hour per declared client id and source address (accepted exchanges are refunded)')
   t.match(token.description, 'per replica')
   t.same(token['x-exchangepace'], {
     scope: 'per replica',
     paces: [
-      { name: '/token#client+source:rejected', perSecond: 10 / 600, limit: 10, window: 600, key: 'declared client id and source address', spend: 'rejected' },
+      { name: '/token#client+source:rejected', perSecond: 5 / 3600, limit: 5, window: 3600, key: 'declared client id and source address', spend: 'rejected' },
       { name: '/token#client', perSecond: 5, limit: 5, window: 1, key: 'declared client id', spend: 'accepted' },
       { name: '/token#source', perSecond: 50, limit: 50, window: 1, key: 'source address', spend: 'every' }
     ]
