@@ -140,11 +140,11 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.same([guessing.seconds, guessing.attackMs, guessing.clientPerSecond], [2, 10, 5], '2 simulated seconds, a guess every 10 ms, the client at 5/s')
     const checked = Object.fromEntries(guessing.configurations.map((c: Json) => [c.name, [c.scenarios['1 address'].checked, c.scenarios['100 addresses'].checked]]))
     const refused = Object.fromEntries(guessing.configurations.map((c: Json) => [c.name, [c.scenarios['1 address'].client.refused, c.scenarios['100 addresses'].client.refused]]))
-    // The pair budget admits at most limit x (1 + t / window) = 10 x (1 + 2 / 600) in 2 s, so 10 from
+    // The pair budget admits at most limit x (1 + t / window) = 5 x (1 + 2 / 3600) in 2 s, so 5 from
     // one address; from 100, each address sends 2 guesses, all within its own pair's budget.
     t.same(checked, {
-      'exchangepace, recommended three': [10, 200],
-      'exchangepace, three + per-source budget': [10, 200],
+      'exchangepace, recommended three': [5, 200],
+      'exchangepace, three + per-source budget': [5, 200],
       '@fastify/rate-limit, README login example': [6, 200],
       '@fastify/rate-limit, the same keyed by client id': [6, 6],
       'rate-limiter-flexible, login recipe': [11, 200]
