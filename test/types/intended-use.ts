@@ -6,6 +6,9 @@ import exchangePace, {
   PaceRegistry,
   PaceTicket,
   type ExchangePaceOptions,
+  type PaceCounts,
+  type PaceEvent,
+  type PaceKeyName,
   type PaceOutcome,
   type PaceRefusal,
   type PaceRouteOptions
@@ -96,5 +99,17 @@ const names: string[] = registry.names()
 const reservation = pace?.reserve('k')
 reservation?.refund()
 const ticket: PaceTicket | null = null
+const counts: PaceCounts | undefined = registry.counts('/token')
+const refusedSoFar: number = counts?.refused ?? 0
 
-export { size, names, ticket }
+// Observability: a hook on every decision, and client ids in the log lines.
+const seen: Array<[PaceEvent['type'], string, PaceKeyName, string | undefined, PaceOutcome | null, number]> = []
+await Fastify().register(exchangePace, {
+  logClientIds: true,
+  onEvent: (event: PaceEvent, request: FastifyRequest) => {
+    seen.push([event.type, event.name, event.keyKind, event.key, event.outcome, event.retryAfterMs])
+    request.log.info({ pace: event.name }, 'paced')
+  }
+})
+
+export { size, names, ticket, refusedSoFar }

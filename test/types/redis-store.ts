@@ -24,3 +24,9 @@ export const wrongMode = new RedisStore({ client: redis, whenUnavailable: 'retry
 export const noClient = new RedisStore({ prefix: 'pace:' })
 // @ts-expect-error timeoutMs is a number of milliseconds
 export const wrongTimeout = new RedisStore({ client: redis, timeoutMs: '50ms' })
+// @ts-expect-error prefix is a string
+export const wrongPrefix = new RedisStore({ client: redis, prefix: 7 })
+// @ts-expect-error retryMs is a number of milliseconds
+export const wrongRetry = new RedisStore({ client: redis, retryMs: '1s' })
+// @ts-expect-error the client is an ioredis client (it defines commands)
+export const wrongClient = new RedisStore({ client: { get: () => null } })

@@ -53,5 +53,29 @@ await app.register(exchangePace, { ipv6Subnet: '64' })
 // @ts-expect-error now is a clock function
 await app.register(exchangePace, { now: 0 })
 
+// @ts-expect-error onEvent is a function of the event and the request
+await app.register(exchangePace, { onEvent: 'log' })
+
+// @ts-expect-error an event's type is 'refused', 'refunded' or 'invalid'
+await app.register(exchangePace, { onEvent: (event) => event.type === 'granted' })
+
+// @ts-expect-error logClientIds is a boolean
+await app.register(exchangePace, { logClientIds: 'yes' })
+
+// @ts-expect-error errorResponseBuilder returns the body, an object
+await app.register(exchangePace, { errorResponseBuilder: () => 'slow down' })
+
+// @ts-expect-error maxKeyLength is a number
+await app.register(exchangePace, { maxKeyLength: '255' })
+
+// @ts-expect-error a store is a PaceStore
+await app.register(exchangePace, { store: 'redis' })
+
+// @ts-expect-error counts may be undefined (no route declared the name)
+export const refused: number = app.pace.counts('/a').refused
+
+// @ts-expect-error request.pace.held is read-only as a list of what the request holds
+app.get('/h', async (request) => { request.pace!.held = [] })
+
 // @ts-expect-error fastify.pace.get returns a Pace or undefined
 export const size = app.pace.get('/a').size
