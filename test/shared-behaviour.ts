@@ -96,10 +96,10 @@ function count (statuses: readonly number[], status: number): number {
  * Runs the store-independent behaviours as subtests of `t`. `paceOptions` returns the extra plugin
  * options to register with (`{}` for the defaults, `{ store }` for another store); it is called once
  * per Fastify instance. `rows` counts the rows a pace keeps (default: the in-memory registry's).
- * `randomIds` is how many random ids the flood of refunded strangers names (default 20000; a
+ * `randomIds` is how many random ids the flood of refunded strangers names (default 5000; a
  * runner whose every request crosses more than one connection, as on a cluster, names fewer).
  */
-export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, unknown>, rows: RowCount = memoryRows, randomIds = 20000): void {
+export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, unknown>, rows: RowCount = memoryRows, randomIds = 5000): void {
   t.test('a concurrent burst of 100 against a rate of 3 with an async handler admits exactly 3', async t => {
     const app = await build(t, paceOptions(), tokenRoute(3))
     const statuses = await Promise.all(Array.from({ length: 100 }, () => postToken(app, 'victim', 'right-secret')))
