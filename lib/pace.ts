@@ -105,11 +105,15 @@ function refusal (key: string, now: number, retryAfterMs: number): Reservation {
  *   full), never given to another run of any key, how many grants the run has had, and when the
  *   latest came. A reservation keeps the row's slot and stamp, so its refund finds the row without
  *   looking the key up, unless the table has moved the row since or the run has ended.
- * - A key without a row has a full bucket, and a full bucket has no row: a row whose time has come
- *   means nothing that a missing row does not, so it may be deleted at any moment. A refund that
- *   leaves the bucket full as of the latest grant deletes its row; the sweep deletes the rows that
- *   refill (or a refund) left in the past. Memory therefore holds only the keys that spent within
- *   the last horizon, however many keys were merely named.
+ * - A key without a row has a full bucket, and a row that reads full (its time has come) means
+ *   nothing that a missing row does not: logically, a full bucket has no row, and such a row may
+ *   be deleted at any moment. A refund that leaves the bucket full as of the latest grant deletes
+ *   its row (a stranger refunded leaves nothing). Otherwise a row stays while its key has been
+ *   granted within the last horizon, full or not, so that a key calling below its rate finds its
+ *   row and restarts it in place instead of having it deleted and inserted again on every call;
+ *   the sweep deletes the rows whose latest grant is at least one horizon old, which are full.
+ *   Memory therefore holds only the keys that spent within the last horizon, plus at most as many
+ *   again between sweeps, however many keys were merely named (docs/design.md, "The memory bound").
  * - The sweep runs inside `reserve` when the table has doubled since the previous sweep or one
  *   horizon has passed since it. There is no timer, so a Pace never keeps a process alive.
  * - `reserve` decides and debits in one step, and `refund` gives back in one step. Each is atomic in
@@ -151,7 +155,7 @@ export class Pace {
     this.#sweepAtTime = now() * limit + this.#capacity
   }
 
-  /** Keys that currently have a row (spent within the last horizon and not yet swept). */
+  /** Keys that currently have a row (granted within the last horizon, or not yet swept). */
   get size (): number {
     return this.#table.size
   }
@@ -210,7 +214,8 @@ export class Pace {
    * - the row was at least one unit past `at` after this grant, and each later grant added a unit
    *   to both, so the later grants alone hold it at most `last - at` above one unit earlier.
    * A row left at or before the latest grant's time is full: it goes. No clock is read; a row a
-   * refund leaves in the past reads as full, and the sweep removes it.
+   * refund leaves in the past reads as full, and the sweep removes it one horizon after its latest
+   * grant.
    */
   _giveBack (key: string, slot: number, run: number, count: number, at: number): void {
     const table = this.#table
@@ -236,7 +241,7 @@ export class Pace {
   }
 
   /**
-   * Deletes the rows that refill has made full when a sweep is due, by the rule `reserve` follows.
+   * Deletes the rows of keys not granted for a horizon when a sweep is due, by the rule `reserve` follows.
    * For a pace that requests have stopped reserving from, such as the memory of a shared store's
    * pace whose route gets no more requests, whose rows would otherwise stay until its next reserve.
    */
@@ -249,9 +254,14 @@ export class Pace {
     if (this.#table.size >= this.#sweepAtSize || now >= this.#sweepAtTime) this.#sweep(now)
   }
 
-  /** Deletes the rows that refill has made full. Requires `now` in scaled time. */
+  /**
+   * Deletes the rows whose latest grant is at least one horizon old. Such a row reads full (no row
+   * is ever more than the capacity past its latest grant), so nothing changes but memory; a row
+   * that reads full sooner is kept until then, for its key's next call. Requires `now` in scaled
+   * time.
+   */
   #sweep (now: number): void {
-    this.#table.removeAtMost(now + SLACK)
+    this.#table.removeCountedBy(now - this.#capacity + SLACK)
     this.#sweepAtTime = now + this.#capacity
     this.#sweepAtSize = Math.max(SlotTable.MIN_SLOTS, this.#table.size * 2)
   }

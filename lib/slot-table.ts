@@ -1,7 +1,7 @@
 /**
  * A map from string keys to a small fixed record each, built so that updating a key's record
- * allocates nothing. A record is a number (what `removeAtMost` compares), a stamp set when the
- * record starts, a count, the time of the latest count, and which of the 32 latest counts are
+ * allocates nothing. A record is a number, a stamp set when the record starts, a count, the time
+ * of the latest count (what `removeCountedBy` compares), and which of the 32 latest counts are
  * marked. A stamp is never given twice in one table, so a slot and a stamp name one record for
  * good: a caller may keep them and find the record again without the key, as long as `holds`
  * says the slot still has it.
@@ -20,7 +20,7 @@
  *   free slot (-1 ends the list), so freeing costs no memory beside the buffer; a free or unused
  *   slot's stamp is 0, which no record has;
  * - a record keeps its stamp while it lives, wherever a resize moves it;
- * - the buffer grows by doubling when no slot is free, and `removeAtMost` shrinks it when at most
+ * - the buffer grows by doubling when no slot is free, and `removeCountedBy` shrinks it when at most
  *   a quarter is in use, so memory follows the number of live keys in both directions.
  *
  * Not safe to share between threads; in one JavaScript thread every method runs to completion.
@@ -160,12 +160,14 @@ export class SlotTable {
   }
 
   /**
-   * Removes every key whose number is at most `limit`, then shrinks the buffer when no more than a
-   * quarter of the slots are live. Runs in time proportional to the number of keys.
+   * Removes every key whose latest count came at or before `limit` (the time given to `addCount`
+   * or `restart`), then shrinks the buffer when no more than a quarter of the slots are live. Runs
+   * in time proportional to the number of keys.
    */
-  removeAtMost (limit: number): void {
+  removeCountedBy (limit: number): void {
+    const doubles = this.#doubles
     for (const [key, slot] of this.#slotOf) {
-      if (this.#doubles[slot << 2] <= limit) this.remove(key, slot)
+      if (doubles[(slot << 2) + 2] <= limit) this.remove(key, slot)
     }
     const live = this.#slotOf.size
     if (live * 4 <= this.capacity && this.capacity > SlotTable.MIN_SLOTS) {

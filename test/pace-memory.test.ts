@@ -1,4 +1,5 @@
 import t from 'tap'
+import fc from 'fast-check'
 import { Pace } from '../lib/pace.js'
 import { SlotTable } from '../lib/slot-table.js'
 
@@ -72,17 +73,17 @@ t.test('a repeated client keeps one row however often it spends', async t => {
 
 t.test('the slot table gives its arrays back after a flood', async t => {
   const table = new SlotTable()
-  for (let i = 0; i < FLOOD; i++) table.insert(`key-${i}`, i)
+  for (let i = 0; i < FLOOD; i++) table.insert(`key-${i}`, i, i)
   t.equal(table.capacity, 65_536)
-  table.removeAtMost(Infinity)
+  table.removeCountedBy(Infinity)
   t.equal(table.size, 0)
   t.equal(table.capacity, SlotTable.MIN_SLOTS)
 })
 
 t.test('the slot table shrinks to twice what is still live after a flood', async t => {
   const table = new SlotTable()
-  for (let i = 0; i < FLOOD; i++) table.insert(`key-${i}`, i)
-  table.removeAtMost(FLOOD - 101) // 100 keys stay live
+  for (let i = 0; i < FLOOD; i++) table.insert(`key-${i}`, i, i)
+  table.removeCountedBy(FLOOD - 101) // 100 keys stay live
   t.equal(table.size, 100)
   t.equal(table.capacity, 200)
 })
@@ -90,8 +91,95 @@ t.test('the slot table shrinks to twice what is still live after a flood', async
 t.test('the slot table does not grow while flood keys come and go one at a time', async t => {
   const table = new SlotTable()
   for (let i = 0; i < FLOOD; i++) {
-    table.insert(`key-${i}`, i)
+    table.insert(`key-${i}`, i, i)
     table.remove(`key-${i}`, table.slot(`key-${i}`))
   }
   t.equal(table.capacity, SlotTable.MIN_SLOTS)
+})
+
+/**
+ * The memory bound against a model of who spent when. The sweep keeps a row while its key spent
+ * within the last horizon, and runs at least once a horizon and whenever the table has doubled
+ * since the previous sweep, so after every reserve at time t:
+ * - every key that spent within the last horizon has its row (none is deleted and inserted again);
+ * - every row belongs to a key that spent within the last two horizons (kept by the last sweep, at
+ *   most a horizon ago, as spent within the horizon before it);
+ * - the table holds at most twice what the last sweep left, which was at most the keys that spent
+ *   within one horizon at some moment of the last one (or MIN_SLOTS, the smallest trigger).
+ * Spenders keep their units; strangers come in crowds of new ids, each refunded at once, and leave
+ * no row. The clock reads integer milliseconds; the horizon is 1 s.
+ */
+type MemoryOperation =
+  | { op: 'advance', ms: number }
+  | { op: 'reserve', key: number }
+  | { op: 'spenders' | 'strangers', keys: number }
+
+const memoryOperation: fc.Arbitrary<MemoryOperation> = fc.oneof(
+  { weight: 3, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 1200 }) }) },
+  { weight: 5, arbitrary: fc.record({ op: fc.constant('reserve' as const), key: fc.integer({ min: 0, max: 200 }) }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('spenders' as const), keys: fc.integer({ min: 1, max: 80 }) }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('strangers' as const), keys: fc.integer({ min: 1, max: 80 }) }) }
+)
+
+/** Distinct keys that spent in the `ms`-long span ending at `end`: (end - ms, end]. */
+function spentWithin (spends: Array<{ key: string, at: number }>, end: number, ms: number): number {
+  const keys = new Set<string>()
+  for (const spend of spends) if (spend.at > end - ms && spend.at <= end) keys.add(spend.key)
+  return keys.size
+}
+
+function checkMemoryBound (operations: MemoryOperation[]): void {
+  const HORIZON = 1000
+  const clock = { ms: 0 }
+  const pace = new Pace({ perSecond: 10, now: () => clock.ms })
+  let spends: Array<{ key: string, at: number }> = []
+  const check = (): void => {
+    const now = clock.ms
+    spends = spends.filter(spend => spend.at > now - 2 * HORIZON)
+    const live = spentWithin(spends, now, HORIZON)
+    if (pace.size < live) throw new Error(`t = ${now}: ${pace.size} rows for ${live} keys that spent within the horizon`)
+    const recent = spentWithin(spends, now, 2 * HORIZON)
+    if (pace.size > recent) throw new Error(`t = ${now}: ${pace.size} rows, more than the ${recent} keys that spent within two horizons`)
+    // The most keys that spent within one horizon at any moment of the last: it changes only when
+    // a key spends, and at the start of the span.
+    let most = spentWithin(spends, now - HORIZON + 1, HORIZON)
+    for (const spend of spends) if (spend.at > now - HORIZON) most = Math.max(most, spentWithin(spends, spend.at, HORIZON))
+    if (pace.size > Math.max(SlotTable.MIN_SLOTS, 2 * most)) {
+      throw new Error(`t = ${now}: ${pace.size} rows, more than twice the ${most} keys that spent within a horizon`)
+    }
+  }
+  const spend = (key: string): void => {
+    if (pace.reserve(key).granted) spends.push({ key, at: clock.ms })
+    check()
+  }
+  operations.forEach((operation, step) => {
+    if (operation.op === 'advance') clock.ms += operation.ms
+    else if (operation.op === 'reserve') spend(`k${operation.key}`)
+    else if (operation.op === 'spenders') for (let i = 0; i < operation.keys; i++) spend(`s${step}-${i}`)
+    else {
+      for (let i = 0; i < operation.keys; i++) pace.reserve(`x${step}-${i}`).refund()
+      check()
+    }
+  })
+}
+
+t.test('the table holds the keys that spent within a horizon, plus at most as many again between sweeps', async t => {
+  t.doesNotThrow(() => fc.assert(
+    fc.property(fc.array(memoryOperation, { minLength: 50, maxLength: 250 }), checkMemoryBound),
+    { seed: 0x5eed, numRuns: 60 }
+  ))
+})
+
+t.test('a key calling below its rate keeps one row, restarted in place, and no sweep removes it', async t => {
+  const clock = { ms: 0 }
+  const pace = new Pace({ perSecond: 10, now: () => clock.ms })
+  for (let i = 0; i < 100; i++) pace.reserve(`client-${i}`) // t0: 100 rows
+  for (let ms = 200; ms <= 5000; ms += 200) { // every 200 ms, each bucket full again at every visit
+    clock.ms = ms
+    for (let i = 0; i < 100; i++) t.equal(pace.reserve(`client-${i}`).remaining, 9)
+    t.equal(pace.size, 100)
+  }
+  clock.ms = 6000 // one horizon after their last grant: swept
+  pace.reserve('next')
+  t.equal(pace.size, 1)
 })

@@ -419,13 +419,36 @@ t.test('the sweep', async t => {
   t.test('runs when the table has reached twice its size after the previous sweep', async t => {
     const { pace, clock } = paceAt(10)
     for (let i = 0; i < 16; i++) pace.reserve(`a${i}`) // t0: 16 rows
-    pace.reserve('b') // t0: sweep at 16 rows removes nothing (none full); next sweep at 32
+    clock.ms = 500 // t1
+    pace.reserve('b') // sweep at 16 rows removes nothing (all granted within a horizon); next sweep at 32 rows or 1500 ms
     t.equal(pace.size, 17)
-    clock.ms = 100 // t1: the 17 rows of t0 are full
+    clock.ms = 1000 // t2: the 16 rows of t0 were granted one horizon ago
     for (let i = 0; i < 15; i++) pace.reserve(`c${i}`) // 32 rows, no sweep yet
     t.equal(pace.size, 32)
-    pace.reserve('d') // 32 rows: the sweep removes the 17 full ones
-    t.equal(pace.size, 16)
+    pace.reserve('d') // 32 rows: the sweep removes the 16 of t0
+    t.equal(pace.size, 17)
+  })
+
+  t.test('keeps a full row while its key was granted within the last horizon, and restarts it in place', async t => {
+    const { pace, clock } = paceAt(10)
+    const first = pace.reserve('k') // t0: full again at 100 ms
+    for (let i = 0; i < 16; i++) pace.reserve(`a${i}`)
+    clock.ms = 500 // t1: k reads full
+    pace.reserve('b') // a sweep at 17 rows: k was granted within the horizon, so it stays
+    t.equal(pace.size, 18)
+    const second = pace.reserve('k') // a new run on the same row: a full bucket's grant
+    t.equal(second.remaining, 9)
+    t.equal(pace.size, 18)
+    first.refund() // the run it came from is over: nothing back
+    t.equal(pace.reserve('k').remaining, 8)
+  })
+
+  t.test('a row that reads full is a full bucket until the sweep removes it', async t => {
+    const { pace, clock } = paceAt(10)
+    drain(pace, 'k') // t0: full again at 1000 ms
+    clock.ms = 1999 // t1: full, not yet a horizon past its latest grant; no sweep due either
+    t.equal(pace.size, 1)
+    t.equal(drain(pace, 'k'), 10, 'the whole bucket, as from no row')
   })
 
   t.test('runs when one horizon (one second) has passed since the previous sweep', async t => {
@@ -451,7 +474,7 @@ t.test('the sweep', async t => {
     t.equal(pace.size, 0)
   })
 
-  t.test('removes only rows whose bucket is full', async t => {
+  t.test('removes only rows whose key was last granted one horizon ago or more', async t => {
     const { pace, clock } = paceAt(10)
     drain(pace, 'empty') // t0: full again at 1000 ms
     pace.reserve('one') // t0: full again at 100 ms

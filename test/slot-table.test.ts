@@ -1,10 +1,10 @@
 import t from 'tap'
 import { SlotTable } from '../lib/slot-table.js'
 
-/** A table holding `count` keys `k0`, `k1`, ... with `k<i>` holding `i`. */
+/** A table holding `count` keys `k0`, `k1`, ... with `k<i>` holding `i`, counted at time `i`. */
 function tableOf (count: number): SlotTable {
   const table = new SlotTable()
-  for (let i = 0; i < count; i++) table.insert(`k${i}`, i, 0)
+  for (let i = 0; i < count; i++) table.insert(`k${i}`, i, i)
   return table
 }
 
@@ -173,7 +173,7 @@ t.test('holds: a slot and a stamp name one record until it is removed or moved',
   // Shrink: remove all but two keys; the survivors move to the front.
   for (let i = 0; i < 20; i++) if (i !== 3 && i !== 15 && i !== 17) table.remove(`k${i}`, table.slot(`k${i}`))
   table.remove('new', table.slot('new'))
-  table.removeAtMost(-1)
+  table.removeCountedBy(-1)
   t.equal(table.capacity, SlotTable.MIN_SLOTS)
   for (const i of [15, 17]) {
     const slot = table.slot(`k${i}`)
@@ -220,27 +220,27 @@ t.test('growing and shrinking move whole records', async t => {
     table.addCount(table.slot(`k${i}`), i, 200 + i)
     table.mark(table.slot(`k${i}`), i % 2)
   }
-  table.removeAtMost(29) // 10 live of 64: shrunk
+  table.removeCountedBy(229) // 10 live of 64: shrunk
   t.equal(table.capacity, 20)
   const slot = table.slot('k35')
   t.same([table.read(slot), table.stamp(slot), table.count(slot), table.last(slot)], [35, 36, 2, 235], 'the 36th stamp')
   t.same([table.markedWithin(slot, 1), table.markedWithin(slot, 2)], [0, 1], 'k35 marked the count before its latest')
 })
 
-t.test('removeAtMost removes every key whose value is at most the limit', async t => {
+t.test('removeCountedBy removes every key whose latest count came at or before the limit', async t => {
   const table = tableOf(10) // values 0..9
-  table.removeAtMost(4) // 4 itself goes
+  table.removeCountedBy(4) // 4 itself goes
   t.equal(table.size, 5)
   t.same(valuesOf(table, 10), [5, 6, 7, 8, 9])
 })
 
-t.test('removeAtMost below every value removes nothing', async t => {
+t.test('removeCountedBy before every count removes nothing', async t => {
   const table = tableOf(10)
-  table.removeAtMost(-1)
+  table.removeCountedBy(-1)
   t.equal(table.size, 10)
 })
 
-t.test('removeAtMost shrinks the array when at most a quarter of the slots are live', async t => {
+t.test('removeCountedBy shrinks the array when at most a quarter of the slots are live', async t => {
   // Each row: keys inserted (into 64 slots), keys left live, capacity after.
   const rows: Array<[number, number, number]> = [
     [64, 17, 64], // more than a quarter: kept
@@ -250,7 +250,7 @@ t.test('removeAtMost shrinks the array when at most a quarter of the slots are l
   ]
   for (const [count, live, capacity] of rows) {
     const table = tableOf(count)
-    table.removeAtMost(count - live - 1)
+    table.removeCountedBy(count - live - 1)
     t.equal(table.size, live)
     t.equal(table.capacity, capacity, `${live} of ${count} live`)
   }
@@ -258,23 +258,23 @@ t.test('removeAtMost shrinks the array when at most a quarter of the slots are l
 
 t.test('an empty table of MIN_SLOTS slots does not shrink further', async t => {
   const table = new SlotTable()
-  table.removeAtMost(Infinity)
+  table.removeCountedBy(Infinity)
   t.equal(table.capacity, SlotTable.MIN_SLOTS)
   const quarter = tableOf(4)
-  quarter.removeAtMost(-1) // 4 of 16 live: a quarter, but already at the floor
+  quarter.removeCountedBy(-1) // 4 of 16 live: a quarter, but already at the floor
   t.equal(quarter.capacity, SlotTable.MIN_SLOTS)
 })
 
 t.test('shrinking keeps every live key and its value', async t => {
   const table = tableOf(1000)
-  table.removeAtMost(899)
+  table.removeCountedBy(899)
   t.equal(table.capacity, 200) // 100 live of 1024: shrunk to twice the live keys
   t.same(valuesOf(table, 1000), Array.from({ length: 100 }, (_, i) => 900 + i))
 })
 
 t.test('after shrinking, inserts fill the compacted array and grow it again by doubling', async t => {
   const table = tableOf(64)
-  table.removeAtMost(47) // 16 live of 64: shrunk to 32
+  table.removeCountedBy(47) // 16 live of 64: shrunk to 32
   t.equal(table.capacity, 32)
   for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i, 0) // 32 live: full
   t.equal(table.capacity, 32)
@@ -289,7 +289,7 @@ t.test('after shrinking, inserts fill the compacted array and grow it again by d
 t.test('after shrinking, slots freed before it are not handed out twice', async t => {
   const table = tableOf(64)
   for (let i = 0; i < 8; i++) table.remove(`k${i}`, table.slot(`k${i}`)) // 8 freed slots
-  table.removeAtMost(47) // 16 live: shrunk, the free list starts over
+  table.removeCountedBy(47) // 16 live: shrunk, the free list starts over
   for (let i = 0; i < 16; i++) table.insert(`n${i}`, 100 + i, 0)
   const slots = new Set<number>()
   for (let i = 48; i < 64; i++) slots.add(table.slot(`k${i}`))
