@@ -36,6 +36,9 @@ const TICKS_PER_SECOND_OF_WINDOW = 1000
  */
 const SLACK = 1e-6
 
+/** What a reservation holds as the row's latest grant before its run when the run inserted the row. */
+const NO_ROW = -Infinity
+
 /** performance.now, bound once so the hot path calls it without a lookup. */
 const monotonic: Clock = performance.now.bind(performance)
 
@@ -61,15 +64,17 @@ export class Reservation {
   readonly #run: number
   readonly #count: number
   readonly #at: number
+  readonly #before: number
 
   /** @internal Built by `Pace.reserve` only. */
-  constructor (pace: Pace | null, key: string, slot: number, run: number, count: number, at: number, granted: boolean, remaining: number, retryAfterMs: number) {
+  constructor (pace: Pace | null, key: string, slot: number, run: number, count: number, at: number, before: number, granted: boolean, remaining: number, retryAfterMs: number) {
     this.#pace = pace
     this.#key = key
     this.#slot = slot
     this.#run = run
     this.#count = count
     this.#at = at
+    this.#before = before
     this.granted = granted
     this.remaining = remaining
     this.retryAfterMs = retryAfterMs
@@ -83,13 +88,13 @@ export class Reservation {
     const pace = this.#pace
     if (pace === null) return
     this.#pace = null
-    pace._giveBack(this.#key, this.#slot, this.#run, this.#count, this.#at)
+    pace._giveBack(this.#key, this.#slot, this.#run, this.#count, this.#at, this.#before)
   }
 }
 
 /** A refused reservation: nothing was debited, and one unit is back in `retryAfterMs`. */
 function refusal (key: string, now: number, retryAfterMs: number): Reservation {
-  return new Reservation(null, key, -1, 0, 0, now, false, 0, retryAfterMs)
+  return new Reservation(null, key, -1, 0, 0, now, NO_ROW, false, 0, retryAfterMs)
 }
 
 /**
@@ -183,10 +188,11 @@ export class Pace {
     // construction serves the three, which keeps this method small enough for V8 to inline it
     // whole, the Reservation included, into the plugin's hook.
     let count = 1
+    let before = NO_ROW
     if (running) count = table.addCount(slot, after, now)
-    else if (slot !== -1) table.restart(slot, after, now)
+    else if (slot !== -1) before = table.restart(slot, after, now)
     else slot = this.#insert(key, after, now)
-    return new Reservation(this, key, slot, table.stamp(slot), count, now, true, Math.floor((SLACK - shortfall) / unit), 0)
+    return new Reservation(this, key, slot, table.stamp(slot), count, now, before, true, Math.floor((SLACK - shortfall) / unit), 0)
   }
 
   /** Adds `key`'s row, the first grant of a run. Only an insert grows the table, so only an insert can find it doubled since the last sweep. */
@@ -198,7 +204,7 @@ export class Pace {
   /**
    * @internal Called once per granted reservation by `Reservation.refund`. Requires that the
    * reservation was granted at scaled time `at` as the `count`th grant of `key`'s run stamped
-   * `run`, whose row was then in `slot`.
+   * `run`, whose row was then in `slot`, and whose latest grant before the run was `before`.
    *
    * When the bucket has been full since the run began (the row is gone, or began another run),
    * this unit had refilled by then and removing it changes nothing after: nothing is given back.
@@ -213,11 +219,11 @@ export class Pace {
    *   counts as kept, which only gives back less);
    * - the row was at least one unit past `at` after this grant, and each later grant added a unit
    *   to both, so the later grants alone hold it at most `last - at` above one unit earlier.
-   * A row left at or before the latest grant's time is full: it goes. No clock is read; a row a
-   * refund leaves in the past reads as full, and the sweep removes it one horizon after its latest
-   * grant.
+   * A row left at or before the latest grant's time is full, and no grant of its run is kept: it
+   * goes back to what it was before the run (`#undo`). No clock is read; a row a refund leaves in
+   * the past reads as full, and the sweep removes it one horizon after its latest grant.
    */
-  _giveBack (key: string, slot: number, run: number, count: number, at: number): void {
+  _giveBack (key: string, slot: number, run: number, count: number, at: number, before: number): void {
     const table = this.#table
     const unit = this.#unit
     if (!table.holds(slot, run)) {
@@ -230,14 +236,27 @@ export class Pace {
     const later = (table.count(slot) - count) >>> 0
     if (later === 0) {
       if (full - unit > last + SLACK) table.uncount(slot, full - unit)
-      else table.remove(key, slot)
+      else this.#undo(key, slot, count, before)
       return
     }
     const keptLater = later - table.markedWithin(slot, later)
     const left = Math.min(full - unit + (last - at), Math.max(full - unit, Math.min(full, last + keptLater * unit)))
-    if (left <= last + SLACK) return table.remove(key, slot)
+    if (left <= last + SLACK) return this.#undo(key, slot, count, before)
     if (left < full) table.write(slot, left)
     table.mark(slot, later)
+  }
+
+  /**
+   * A refund has left `key`'s row full as of its latest grant: no grant of its run is kept. When
+   * the run's first grant restarted a row (count 1, `before` its latest grant until then), the row
+   * goes back to what it was, a full bucket last granted at `before`, so that the sweep removes it
+   * when it would have without this run, and a key calling below its rate keeps its row through
+   * refunds; under a new stamp, so that no reservation of the run finds it. Otherwise (the run
+   * inserted the row: a stranger refunded) the row goes.
+   */
+  #undo (key: string, slot: number, count: number, before: number): void {
+    if (count === 1 && before !== NO_ROW) this.#table.restart(slot, before, before)
+    else this.#table.remove(key, slot)
   }
 
   /**

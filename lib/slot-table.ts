@@ -126,15 +126,21 @@ export class SlotTable {
     return Math.imul((bits + (bits >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24
   }
 
-  /** Starts a live slot's record afresh, under a new stamp: `value`, and a count of 1 (unmarked) at time `at`. */
-  restart (slot: number, value: number, at: number): void {
+  /**
+   * Starts a live slot's record afresh, under a new stamp: `value`, and a count of 1 (unmarked) at
+   * time `at`. Returns the time of the latest count the slot held before (meaningless for a free
+   * slot).
+   */
+  restart (slot: number, value: number, at: number): number {
     const record = slot << 2
     const doubles = this.#doubles
+    const before = doubles[record + 2]
     doubles[record] = value
     doubles[record + 1] = ++this.#lastStamp
     doubles[record + 2] = at
     this.#ints[(record << 1) + 6] = 1
     this.#ints[(record << 1) + 7] = 0
+    return before
   }
 
   /** Adds `key` (which must not be present) with the record `restart` starts, and returns its slot. */

@@ -106,17 +106,18 @@ t.test('the slot table does not grow while flood keys come and go one at a time'
  *   most a horizon ago, as spent within the horizon before it);
  * - the table holds at most twice what the last sweep left, which was at most the keys that spent
  *   within one horizon at some moment of the last one (or MIN_SLOTS, the smallest trigger).
- * Spenders keep their units; strangers come in crowds of new ids, each refunded at once, and leave
- * no row. The clock reads integer milliseconds; the horizon is 1 s.
+ * Spenders keep their units; a known key's call refunded at once (a rejected exchange) spends
+ * nothing, and strangers come in crowds of new ids, each refunded at once, and leave no row. The clock reads integer milliseconds; the horizon is 1 s.
  */
 type MemoryOperation =
   | { op: 'advance', ms: number }
-  | { op: 'reserve', key: number }
+  | { op: 'reserve' | 'refunded', key: number }
   | { op: 'spenders' | 'strangers', keys: number }
 
 const memoryOperation: fc.Arbitrary<MemoryOperation> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 1200 }) }) },
   { weight: 5, arbitrary: fc.record({ op: fc.constant('reserve' as const), key: fc.integer({ min: 0, max: 200 }) }) },
+  { weight: 3, arbitrary: fc.record({ op: fc.constant('refunded' as const), key: fc.integer({ min: 0, max: 200 }) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('spenders' as const), keys: fc.integer({ min: 1, max: 80 }) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('strangers' as const), keys: fc.integer({ min: 1, max: 80 }) }) }
 )
@@ -155,7 +156,10 @@ function checkMemoryBound (operations: MemoryOperation[]): void {
   operations.forEach((operation, step) => {
     if (operation.op === 'advance') clock.ms += operation.ms
     else if (operation.op === 'reserve') spend(`k${operation.key}`)
-    else if (operation.op === 'spenders') for (let i = 0; i < operation.keys; i++) spend(`s${step}-${i}`)
+    else if (operation.op === 'refunded') {
+      pace.reserve(`k${operation.key}`).refund()
+      check()
+    } else if (operation.op === 'spenders') for (let i = 0; i < operation.keys; i++) spend(`s${step}-${i}`)
     else {
       for (let i = 0; i < operation.keys; i++) pace.reserve(`x${step}-${i}`).refund()
       check()

@@ -339,11 +339,35 @@ t.test('refund', async t => {
     pace.reserve('x') // the sweep leaves k1 and k3 and shrinks the table: they move to slots 0 and 1
     t.equal(pace.size, 3)
     first.refund() // slot 1 now holds k3's row, begun at the same instant as k1's
-    t.equal(pace.size, 2, 'k1 got its unit back: its bucket is full, its row gone')
+    t.equal(pace.size, 3, 'k1 got its unit back: its bucket is full, its row as it was before 950 ms (granted at t0)')
     t.equal(pace.reserve('k3').remaining, 8, 'k3 keeps its spend')
     t.equal(drain(pace, 'k1'), 10)
     third.refund()
     t.equal(drain(pace, 'k3'), 9, 'k3 gets its unit back beside the one spent since')
+  })
+
+  t.test('refunding the grant that restarted a full row leaves the row as it was: it goes a horizon after the earlier grant', async t => {
+    const { pace, clock } = paceAt(10)
+    pace.reserve('k') // t0: kept, full again at 100 ms
+    clock.ms = 500 // t1: k reads full
+    const again = pace.reserve('k') // a new run in k's row
+    again.refund() // no grant of the run is kept
+    t.equal(pace.size, 1, 'the row stays, full')
+    t.equal(pace.reserve('k').remaining, 9, 'a full bucket')
+    pace.reserve('k').refund() // the grant that began this run is kept: refunding a later one changes no row's life
+    clock.ms = 1000 // t2
+    pace.reserve('x') // a sweep: k was last granted at 500 ms, so it stays
+    t.equal(pace.size, 2)
+  })
+
+  t.test('a refunded restart keeps the sweep to the key\'s earlier grant', async t => {
+    const { pace, clock } = paceAt(10)
+    pace.reserve('k') // t0
+    clock.ms = 500 // t1
+    pace.reserve('k').refund() // restarted and refunded: as if it had not come
+    clock.ms = 1000 // t2: one horizon after k's only kept grant
+    pace.reserve('x') // the sweep removes k
+    t.equal(pace.size, 1)
   })
 
   t.test('a refund after the bucket refilled and was spent again gives nothing back', async t => {
