@@ -46,8 +46,11 @@ function machineSection (results) {
 function summarySection (results) {
   const rows = []
   const { bucket, memory, http, fidelity, flood, redis, instructions } = results
-  if (bucket?.target) {
-    rows.push(['Bucket cost, 10k live keys', '<= 0.7x LocalStore `incr`', `${spread(bucket.target.ratio)} of LocalStore`, verdict(bucket.target.met)])
+  if (bucket?.target?.worst) {
+    const { worst, belowToAtLimit } = bucket.target
+    rows.push(['Bucket cost, the worst workload at 10k and 1M keys, either visit order', '<= 1x LocalStore `incr`; below rate no slower than at the limit',
+      `${spread(worst.ratio)} of LocalStore (${worst.workload}, ${worst.keys.toLocaleString('en-US')} keys, ${worst.order}); below rate / at the limit at most ${spread(belowToAtLimit.ratio)} (${belowToAtLimit.keys.toLocaleString('en-US')} keys, ${belowToAtLimit.order})`,
+      verdict(bucket.target.met)])
   }
   if (memory) {
     const live = memory.live
@@ -117,44 +120,51 @@ function summarySection (results) {
 
 function bucketSection (bucket) {
   const out = ['## 1. Bucket cost', '',
-    'Nanoseconds per call, in one process: `Pace#reserve` (plus `Reservation#refund` on a pseudo-random half of the calls) against @fastify/rate-limit\'s `LocalStore#incr` and rate-limiter-flexible\'s `RateLimiterMemory#consume`, over the same key strings visited in the same shuffled order. The three run in interleaved rounds (the order rotates every round, a minor GC before each), each round about 40 ms of calls; the figure is the median round, the ratio the median of the per-round ratios to LocalStore, with the quartiles of those ratios in brackets. Keys are built, flattened and hashed before any contender sees them.',
+    'Nanoseconds per call, in one process: `Pace#reserve` (plus `Reservation#refund` where the workload refunds) against @fastify/rate-limit\'s `LocalStore#incr` (its LRU sized to hold every key) and rate-limiter-flexible\'s `RateLimiterMemory#consume` (plus `#reward` where the workload refunds), over the same key strings visited in the same order. At each size and visit order the contenders of the four workloads below and three floors run in interleaved rounds (the order rotates every round, a minor GC before each), each round about 40 ms of calls; the figure is the median round, the ratio the median of the per-round ratios to LocalStore, with the quartiles of those ratios in brackets. Keys are built, flattened and hashed before any contender sees them, and before the rounds every contender visits each key twice in a row, so that every key holds what the workload finds.',
     '',
-    '- **live keys**: every key holds state for the whole run (N clients that spent within the horizon). exchangepace reads the real clock on every call (`performance.now`, as its default does), scaled by 1e-12 so that no bucket refills during the run: every call finds its row, no call is refused, and a refund never empties a row (it moves the row back by the rule of exact refunds, which reads no clock). The scaling closure counts against exchangepace. LocalStore\'s LRU is sized to hold every key, and RLF\'s records never expire (duration 0; at its default window of 1 s they expired between a key\'s visits). Before the rounds, each contender visits every key twice in a row (see the end of this section).',
-    '- **strangers**: 1M ids that hold nothing, as in a flood of declared ids: exchangepace (default clock, 10/s) reserves and refunds each one (the wrong-secret path: a row is inserted, then deleted); LocalStore and RLF run at their defaults.',
+    'Every pace reads its default clock (`performance.now`): no clock is simulated. What each visit finds is set by the pace\'s rate alone:',
+    '',
+    '- **below rate**: every visit finds the key\'s bucket refilled since its last one, nothing refunded: a client calling less often than its rate allows, the common path. The pace refills a unit every 10 ns over a window of 100 s (`{ limit: 1e10, window: 100 }`), so every bucket is full again at its key\'s next visit, and every key spent within the horizon (at 1M keys a key\'s visits are seconds apart). LocalStore\'s window is 0 ms, so every `incr` finds its key\'s window over and starts a new one; RLF\'s records last 1 ms, its shortest, so at 1 key (and some calls at 10k) they are still alive.',
+    '- **below rate, refunds**: the same, with a refund (RLF: a reward) on a pseudo-random half of the calls. LocalStore has nothing to refund: it is the same contender as below rate.',
+    '- **at the limit**: every visit finds its key\'s bucket still refilling, and none is refused: a bucket of 1e6 units (1e9 at 1 key) refilled over 3e7 s, so that a unit takes longer to come back than the spacing of a key\'s visits. LocalStore\'s window is an hour and RLF\'s records never expire (duration 0): both find the key\'s state alive.',
+    '- **live keys**: at the limit, with a refund on a pseudo-random half of the calls (a refund there never empties a row). Until issue 23 this was the only workload beside strangers, on a clock scaled by 1e-12.',
+    '- **strangers**: 1M ids that hold nothing, as in a flood of declared ids: exchangepace (10/s) reserves and refunds each one (the wrong-secret path: a row is inserted, then deleted); LocalStore and RLF run at their defaults (an LRU of 5000, a window of 1 s).',
+    '',
+    'Each workload runs in two visit orders: **round-robin** (the keys in the order they were first seen, as the tables hold them) and **shuffled** (one fixed pseudo-random permutation). The target, issue 23: every workload at 10k and 1M keys, in both orders, at most 1x LocalStore, and below rate no slower than at the limit (the median of the per-round ratios of exchangepace\'s two contenders, which run in the same rounds). At 1 key both are mostly a clock read: reported, not judged.',
     '']
-  out.push(mdTable(['workload', 'keys', 'exchangepace ns', 'LocalStore ns', 'RLF memory ns', 'exchangepace / LocalStore', 'RLF / LocalStore'], bucket.results.map(r => [
-    r.workload, r.keys.toLocaleString('en-US'), f(r.nsPerOp.exchangepace.median), f(r.nsPerOp.LocalStore.median), f(r.nsPerOp['RLF memory'].median),
-    spread(r.ratioToLocalStore.exchangepace), spread(r.ratioToLocalStore['RLF memory'])
-  ])))
-  out.push('', `Rows held by exchangepace at the end: ${bucket.results.map(r => `${r.rowsAfter.toLocaleString('en-US')} (${r.workload}, ${r.keys.toLocaleString('en-US')})`).join(', ')}; calls refused: ${bucket.results.reduce((n, r) => n + r.refused, 0)}.`)
+  const keysText = r => r.keys.toLocaleString('en-US')
+  out.push(mdTable(['workload', 'keys', 'order', 'exchangepace ns', 'LocalStore ns', 'RLF memory ns', 'exchangepace / LocalStore', 'RLF / LocalStore', 'rows after'], bucket.results.map(r => [
+    r.workload, keysText(r), r.order, f(r.nsPerOp.exchangepace.median), f(r.nsPerOp.LocalStore.median), f(r.nsPerOp['RLF memory'].median),
+    spread(r.ratioToLocalStore.exchangepace), spread(r.ratioToLocalStore['RLF memory']), r.rowsAfter.toLocaleString('en-US')
+  ]), ['l', 'r', 'l', 'r', 'r', 'r', 'r', 'r', 'r']))
+  const below = bucket.results.filter(r => r.ratioToAtLimit)
+  out.push('', `Below rate against at the limit, exchangepace's own calls in the same rounds (median of per-round ratios, quartiles): ${below.map(r => `${spread(r.ratioToAtLimit)} at ${keysText(r)} keys ${r.order}`).join('; ')}. Calls refused: ${bucket.results.reduce((n, r) => n + r.refused, 0)}.`)
   const clocks = bucket.clockReads
   const clockText = clocks ? `on this machine one read of \`performance.now\` costs ${f(clocks['performance.now'].median)} ns and one of \`Date.now\` ${f(clocks['Date.now'].median)} ns (medians of the same kind of rounds), a large part of every call at 1 key` : 'every call reads a clock once'
-  out.push('', `What the figures are made of: ${clockText}. Beyond that, LocalStore does two Map lookups (an LRU \`get\` and \`set\`) and moves the entry to the tail of its list; exchangepace does one Map lookup (key to slot) and reads and writes the slot's 32 bytes in one buffer, and allocates the returned reservation. At 1M keys every structure misses the CPU caches on most calls and the figures are dominated by memory latency (exchangepace's slot is one cache line, beside the Map's entry). RateLimiterMemory allocates a promise and a result object per call, and a timer per key per window.`, '')
-  const floorRows = bucket.results.filter(r => r.nsPerOp['clock + lookup'])
-  if (floorRows.length > 0) {
-    out.push('**The floor.** Three more contenders run in the same rounds for live keys: the clock exchangepace reads (the same scaled `performance.now`) plus one `Map#get` of the key, which every per-key store does; the same plus one small object allocated per call and kept a moment, as a caller keeps its reservation; and the same again plus a read and a write of the key\'s slot in a typed array (the bucket\'s time, moved one unit on, and the time of the call), which any store that keeps per-key numbers beside the Map\'s own entry pays, as exchangepace does. What exchangepace spends beyond the third is its own: the rest of the row\'s arithmetic, the reservation\'s fields, and the refund on half the calls.', '')
-    const slotFloor = 'clock + lookup + slot + object'
-    out.push(mdTable(['keys', 'clock + lookup ns', '+ object ns', '+ slot + object ns', 'exchangepace ns', 'clock + lookup / LocalStore', '+ object / LocalStore', '+ slot + object / LocalStore', 'exchangepace / LocalStore'], floorRows.map(r => [
-      r.keys.toLocaleString('en-US'), f(r.nsPerOp['clock + lookup'].median), f(r.nsPerOp['clock + lookup + object'].median), f(r.nsPerOp[slotFloor].median), f(r.nsPerOp.exchangepace.median),
-      spread(r.ratioToLocalStore['clock + lookup']), spread(r.ratioToLocalStore['clock + lookup + object']), spread(r.ratioToLocalStore[slotFloor]), spread(r.ratioToLocalStore.exchangepace)
-    ])))
-    const at10k = floorRows.find(r => r.keys === 10_000)
-    if (at10k) {
-      const floorRatio = at10k.ratioToLocalStore[slotFloor].median
-      const room = (0.7 - floorRatio) * at10k.nsPerOp.LocalStore.median
-      const own = at10k.nsPerOp.exchangepace.median - at10k.nsPerOp[slotFloor].median
-      const leaves = room > 0 ? `so the target leaves ${f(room)} ns per call for the rest` : `already ${f(-room)} ns per call over the target before the rest`
-      out.push('', `At 10k live keys the floor with the key's slot and an object is ${x(floorRatio)} of LocalStore, ${leaves}, and exchangepace spends ${f(own)} ns beyond it (medians of this run).`)
-    }
-    const at1m = floorRows.find(r => r.keys === 1_000_000)
-    if (at1m && at1m.nsPerOp[slotFloor].median > at1m.nsPerOp.exchangepace.median) {
-      out.push('', `At 1M keys, where every call waits on memory, the floor with the slot came out above exchangepace itself (${f(at1m.nsPerOp[slotFloor].median)} against ${f(at1m.nsPerOp.exchangepace.median)} ns): its buffer is laid out as exchangepace's table is, one 32-byte slot per key in the order the keys came, so the difference is most likely in how each met the caches in this run rather than in the work, and no floor is read there.`)
-    }
-    out.push('')
-  }
-  out.push('The ratio moves with the machine and with what else runs on it, and until 2026-12-03 23:54 it also moved with the optimizer. The pace of 2026-12-03 gave 0.81x at 10k live keys (100.2 against 124.8 ns) on an Intel Xeon that morning, then on an AMD EPYC 0.99x (128.6 against 131.3 ns) at 16:28, 0.84x (113.7 against 135.2 ns) at 22:17 and 0.92x (130.2 against 142.2 ns) at 23:41. The live-key workloads then gave every key state with one call each, so V8 first optimized `Pace#reserve` on inserts alone, and in about a third of runs it kept the slot table\'s accessors and the Reservation constructor as calls of their own (frames of their own under `perf`) for the whole run: about 140 ns a call instead of about 112, in a scratch harness that runs copies of the pace side by side. Since then every contender visits each key twice in a row before the rounds, so that the measured path is trained from the first call; in eight runs of the harness (24 copies) none was slow beyond the machine\'s own noise, and the part gave 0.87x, 0.87x, 0.85x and 0.85x (115.6, 119.3, 118.9 and 110.0 ns) at 23:52-23:54. Visiting the keys in two passes instead still left the slow code in one run of eighteen. Then the refund stopped looking its key up a second time (it finds the row by the slot its reservation kept, unless a resize moved it): 0.91x-0.97x of the build before in eight runs of the harness, and 0.76x, 0.82x and 0.84x of LocalStore in three runs of the part at 00:07-00:08, the last being the run above.', '')
-  out.push('The strangers workload moves with LocalStore: over nine runs on 2026-12-03 (23:41-23:58, before and after the change above, which does not touch it) LocalStore took either 0.79-0.92 µs a call (five runs) or 1.35-1.77 µs (four), while exchangepace took 0.96-1.25 µs, so the ratio read 1.15x-1.26x or 0.69x-0.73x. What decides LocalStore\'s mode was not found: under `perf` every run was slow.', '')
+  out.push('', `What the figures are made of: ${clockText}. Beyond that, LocalStore does two Map lookups (an LRU \`get\` and \`set\`) and moves the entry to the tail of its list; exchangepace does one Map lookup (key to slot) and reads and writes the slot's 32 bytes in one buffer, and allocates the returned reservation. At 1M keys every structure misses the CPU caches on most calls and the figures are dominated by memory latency: there the Map lookup of the key alone costs about what LocalStore's whole call does (the floor below). RateLimiterMemory allocates a promise and a result object per call, and a timer per key per window.`, '')
+  out.push(...bucketFloor(bucket), ...bucketHistory())
   return out.join('\n')
+}
+
+/** The floor table: what any per-key store must do, measured in the same rounds as the workloads. */
+function bucketFloor (bucket) {
+  const slotFloor = 'clock + lookup + slot + object'
+  const floorRows = bucket.results.filter(r => r.workload === 'live keys' && r.nsPerOp[slotFloor])
+  if (floorRows.length === 0) return []
+  const out = ['**The floor.** Three more contenders run in the same rounds: the clock exchangepace reads (`performance.now`) plus one `Map#get` of the key, which every per-key store does; the same plus one small object allocated per call and kept a moment, as a caller keeps its reservation; and the same again plus a read and a write of the key\'s slot in a typed array (the bucket\'s time, moved one unit on, and the time of the call), which any store that keeps per-key numbers beside the Map\'s own entry pays, as exchangepace does. Ratios are to LocalStore at the limit (its live path); exchangepace\'s column is the worst of its four workloads at that size and order.', '']
+  const worstAt = r => bucket.results.filter(w => w.keys === r.keys && w.order === r.order && w.workload !== 'strangers')
+    .reduce((a, b) => b.ratioToLocalStore.exchangepace.median > a.ratioToLocalStore.exchangepace.median ? b : a)
+  out.push(mdTable(['keys', 'order', 'clock + lookup / LocalStore', '+ object / LocalStore', '+ slot + object / LocalStore', 'exchangepace, worst workload / LocalStore'], floorRows.map(r => [
+    r.keys.toLocaleString('en-US'), r.order, spread(r.ratioToLocalStore['clock + lookup']), spread(r.ratioToLocalStore['clock + lookup + object']), spread(r.ratioToLocalStore[slotFloor]),
+    `${spread(worstAt(r).ratioToLocalStore.exchangepace)} (${worstAt(r).workload})`
+  ]), ['r', 'l', 'r', 'r', 'r', 'l']), '')
+  return out
+}
+
+/** What the common path cost before issue 23, and what dominated it. */
+function bucketHistory () {
+  return ['**Before issue 23** (the same harness, `--quick`, 2026-12-05, on the build before the change): below rate cost 1.84x LocalStore at 10k keys round-robin and 1.29x shuffled, with refunds 2.22x and 1.44x, while at the limit cost 0.81x and 0.79x: below rate was 2.5x and 2.1x exchangepace\'s own at-the-limit calls. The sweep deleted every row that refill had made full, so a key calling below its rate lost its row between visits and inserted it again (a Map delete and set per call, and a sweep every 16 inserts once a sweep had emptied the table): a CPU profile of below-rate reserves (`node --cpu-prof`, 10k keys round-robin) put 18.8% in `SlotTable#remove`, 18.1% in `#insert` and 8.6% in the sweep, and callgrind counted 1,933 instructions per call against 704 at the limit. At 1M keys the churn made below rate look cheap (0.40x round-robin): the table held a dozen rows, which stayed in the caches. Now a row stays while its key spent within the horizon (docs/design.md, "The memory bound"); below rate counts 673 instructions per call, and the profile is the clock (31%), the Map lookup (24%) and `reserve` itself (26%).', '',
+    'The live-keys ratio moved with the machine and with the optimizer before: from 0.81x to 0.99x at 10k live keys over 2026-12-03, partly from V8 optimizing `Pace#reserve` on inserts alone and keeping out-of-line calls (fixed by visiting each key twice before the rounds); docs/benchmark-history.md keeps that account. The strangers workload moves with LocalStore, which runs in one of two modes from run to run (0.79-0.92 µs or 1.35-1.77 µs a call at 1M strangers over nine runs on 2026-12-03); what decides it was not found.', '']
 }
 
 function memorySection (memory) {
@@ -224,7 +234,7 @@ function httpSection (http, bucketNs) {
   pairedTable(par.paths, 'The refund path and the 429 path')
   const pace = seq.main.configs.find(c => c.kind === 'exchangepace')
   const bare = seq.main.configs.find(c => c.kind === 'bare')
-  const live = bucketNs?.results.find(r => r.workload === 'live keys' && r.keys === 10_000)
+  const live = bucketNs?.results.find(r => r.workload === 'live keys' && r.keys === 10_000 && r.order === 'shuffled')
   if (pace && bare && live) {
     const extraMicros = pace.cpuPerRequestMicros.median - bare.cpuPerRequestMicros.median
     out.push(`The bucket is a small part of the difference: one \`reserve\` (with a refund on half the calls) costs ${f(live.nsPerOp.exchangepace.median)} ns at 10k live keys in part 1, against the ${f(extraMicros, 1)} µs per request exchangepace adds to bare here (medians). What dominates is what Fastify and Node do for the contract: each response header costs its validation, its place in the header block and its bytes on the socket (the floor configuration sends the two quota headers and nothing else), and each hook its runner (for onResponse, response listeners attached and removed on every request). Part 7 (instructions per request, which the machine's noise moves far less) separates them.`, '')
