@@ -46,6 +46,8 @@ function machineSection (results) {
 /** A list: `a, b and c`. */
 const list = items => items.length <= 1 ? items.join('') : `${items.slice(0, -1).join(', ')} and ${items.at(-1)}`
 const count = value => Math.round(value).toLocaleString('en-US')
+/** `1,234 more` or `1,234 fewer`. */
+const moreOrFewer = value => `${count(Math.abs(value))} ${value >= 0 ? 'more' : 'fewer'}`
 
 /**
  * The HTTP rows of the summary: instructions per accepted request against the floor of the
@@ -378,8 +380,9 @@ function instructionsTable (results) {
     : r.majorGcBeforeWindow === false
       ? ` (no major GC in ${r.alignedAfter.toLocaleString('en-US')} more requests)`
       : ` (window after ${r.alignedAfter.toLocaleString('en-US')} more requests)`
-  return mdTable(['configuration', 'instructions per request', 'added to bare', 'ratio to bare', 'servers counted', 'major GCs in the window'], results.map(r => [
-    r.name, count(r.instructionsPerRequest), count(r.addedPerRequest), x(r.ratioToBare, 3), `${r.attempts}${alignedText(r)}`, String(r.majorGcs)
+  const each = results.some(r => r.servers?.length > 1)
+  return mdTable(['configuration', 'instructions per request', 'added to bare', 'ratio to bare', ...(each ? ['each server counted (the median kept)'] : []), 'servers counted', 'major GCs in the window'], results.map(r => [
+    r.name, count(r.instructionsPerRequest), count(r.addedPerRequest), x(r.ratioToBare, 3), ...(each ? [r.servers.map(c => count(c.instructionsPerRequest)).join(', ')] : []), `${r.attempts}${alignedText(r)}`, String(r.majorGcs)
   ]))
 }
 
@@ -391,12 +394,20 @@ function floorReading (instructions) {
   const out = [`Against the floor of the contract (a no-op preHandler and an onSend writing the two quota headers with fixed values: what any plugin of exchangepace's shape that sends the draft's headers pays), exchangepace counts ${count(target.beyondFloor)} instructions more per request, ${x(target.ratioToFloor, 3)}: the target of at most ${target.limit}x, and below @fastify/rate-limit (${x(target.ratioToRateLimit, 3)} of it), is ${verdict(target.met)}.`]
   const schema = of('floor-429')
   if (schema) {
-    out.push(`Part of that difference is the 429 that exchangepace documents in a paced route's response schema (for @fastify/swagger): with a response schema, Fastify looks up a serializer by status code on every response, and for a 200 that has none it builds the string \`2xx\` and looks that up too. The floor with the same 429 in its schema counts ${count(schema.instructionsPerRequest - target.floor)} more than the floor (${x(schema.instructionsPerRequest / target.floor, 3)}); exchangepace counts ${count(target.exchangepace - schema.instructionsPerRequest)} beyond it (${x(target.exchangepace / schema.instructionsPerRequest, 3)}): the declared client id read from the body, the reservation, the ticket and the RateLimit header's value.`)
+    out.push(`Part of that difference is the 429 that exchangepace documents in a paced route's response schema (for @fastify/swagger): with a response schema, Fastify looks up a serializer by status code on every response, and for a 200 that has none it builds the string \`2xx\` and looks that up too (about 600 instructions in a callgrind diff of the two floors, 2026-12-05). The floor with the same 429 in its schema counts ${moreOrFewer(schema.instructionsPerRequest - target.floor)} than the floor (${x(schema.instructionsPerRequest / target.floor, 3)}); exchangepace counts ${moreOrFewer(target.exchangepace - schema.instructionsPerRequest)} than it (${x(target.exchangepace / schema.instructionsPerRequest, 3)}): the declared client id read from the body and checked, the reservation, the ticket and the RateLimit header's value.`)
   }
   const hook = of('exchangepace-hook')
   if (hook) {
-    const added = hook.instructionsPerRequest - target.exchangepace
-    out.push(`With an \`onEvent\` hook set (a counter of events), an accepted request counts ${count(Math.abs(added))} ${added >= 0 ? 'more' : 'fewer'}: the hook is called on refusals and refunds only (the table below), and on this path the difference is the run's noise.`)
+    out.push(`With an \`onEvent\` hook set (a counter of events), an accepted request counts ${moreOrFewer(hook.instructionsPerRequest - target.exchangepace)}: the hook is called on refusals and refunds only (the table below), and on this path the difference is the servers' own.`)
+  }
+  const repeated = instructions.results.filter(r => r.servers?.length > 1)
+  if (repeated.length > 0) {
+    const spreads = repeated.map(r => {
+      const values = r.servers.map(c => c.instructionsPerRequest)
+      return { name: r.name, spread: Math.max(...values) / Math.min(...values) - 1 }
+    })
+    const widest = spreads.reduce((a, b) => b.spread > a.spread ? b : a)
+    out.push(`How far one count is from the next: the servers the target compares were each counted in ${repeated[0].servers.length} fresh processes, and the widest spread, ${f(100 * widest.spread, 1)}% (${widest.name}), ${widest.spread > target.limit - 1 ? 'is larger than the target\'s margin: one count per server cannot judge it, the median of several can' : 'is within the target\'s margin'}. Two processes of one build differ in what V8 compiled, inlined and collected, and when.`)
   }
   const headers = of('headers')
   if (headers) out.push(`For reference: the two headers written by the handler itself, with no hook, count ${x(headers.ratioToBare, 3)} of bare, and the empty hooks (a no-op preHandler and onResponse) ${x(of('empty')?.ratioToBare ?? NaN, 3)}.`)
