@@ -206,6 +206,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
       t.equal(r.statuses[200], instructions.results[0].requests, `${r.name}: every counted request answered 200`)
       t.ok(r.instructionsPerRequest > 10_000, `${r.name}: instructions per request`)
       t.equal(r.majorGcs, 0, `${r.name}: no major GC in the window kept`)
+      t.same(r.servers.map((c: Json) => c.instructionsPerRequest), [r.instructionsPerRequest], `${r.name}: one server's count, kept`)
       t.ok(r.attempts >= 1 && r.attempts <= 3, `${r.name}: servers counted`)
       t.ok(r.attempts === 1
         ? r.alignedAfter === null && r.majorGcBeforeWindow === null
