@@ -34,7 +34,7 @@ import { FORM } from './apps.js'
 import { BENCH_DIR, fmt, log } from './common.js'
 
 /** Servers counted per configuration at most: a count whose window held a major GC is made again. */
-export const ATTEMPTS = 3
+const ATTEMPTS = 3
 
 /** Requests per step while a retry waits for a major GC before its window. */
 const ALIGN_STEP = 1000

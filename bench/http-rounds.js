@@ -30,7 +30,7 @@ import autocannon from 'autocannon'
 import { FORM } from './apps.js'
 import { BENCH_DIR, fmt, log, median, ratioText, summary, table } from './common.js'
 
-export const LOAD = {
+const LOAD = {
   sequential: { connections: 10, pipelining: 1 },
   paired: { connections: 10, pipelining: 8 }
 }

@@ -504,7 +504,7 @@ const SCHEDULE_NOTES = {
 }
 
 /** The fidelity chart: admitted per 100 ms, one panel per schedule. */
-export function fidelitySvg (fidelity) {
+function fidelitySvg (fidelity) {
   const width = 860
   const panelHeight = 230
   const margin = { left: 56, right: 20, top: 78, bottom: 54 }
@@ -576,7 +576,7 @@ export function writeReport ({ resultsDir, docsDir }) {
     '',
     'Five questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, whether an attacker can reset or exhaust it, and how many guesses at a client\'s secret it lets reach the check; and, for a pace shared through Redis, what that costs. Each part below answers one, with @fastify/rate-limit (and, for the bucket and the guessing, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
     '',
-    'Run it: `npm run bench` (all parts, about 32 minutes before the guessing part, whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
+    'Run it: `npm run bench` (all parts, about an hour before the guessing part (part 7 counts under callgrind for about 40 minutes), whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
     '',
     summarySection(results),
     machineSection(results),
