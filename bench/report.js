@@ -359,7 +359,7 @@ function instructionsSection (instructions) {
   out.push(instructionsTable(instructions.results))
   out.push('', ...floorReading(instructions), '')
   if (instructions.paths?.length > 0) {
-    out.push('**The refund path and the 429 path**: a wrong secret (401; exchangepace refunds the unit) against bare\'s 401, and `POST /token-tight` at 1/s (all but about one request a second refused) against bare\'s 200 on that route. An `onEvent` hook is called on each refund and each refusal.', '')
+    out.push('**The refund path and the 429 path**: a wrong secret (401; exchangepace refunds the unit) against bare\'s 401, and `POST /token-tight` at 1/s (all but about one request a second refused) against bare\'s 200 on that route. An `onEvent` hook is called on each refund and each refusal. Each path is counted in one server: single counts of one build have moved by up to 3.5% between servers on a busy machine (2026-12-05), so a difference of a thousand or two between two of these lines is within what one count shows.', '')
     out.push(mdTable(['configuration', 'instructions per request', 'baseline', 'added to it', 'ratio to it', 'servers counted', 'major GCs in the window', 'responses'], instructions.paths.map(r => [
       r.name, count(r.instructionsPerRequest), r.baseline, count(r.addedToBaseline), x(r.ratioToBaseline, 3), String(r.attempts), String(r.majorGcs),
       Object.entries(r.statuses).map(([code, n]) => `${code}: ${n.toLocaleString('en-US')}`).join(', ')
