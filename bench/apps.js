@@ -8,12 +8,17 @@
 //                  design card names, with nothing in them (a gauge of each run's noise; exchangepace
 //                  itself settles in onSend and adds no onResponse)
 //   exchangepace   paced per declared client id, spend 'accepted' (refunded when the secret is wrong)
+//   exchangepace-hook
+//                  the same with an `onEvent` hook set: a no-op counter of the events (refusals,
+//                  refunds), what an operator's metrics hook costs at the least
 //   ratelimit      @fastify/rate-limit, keyed by the body's client_id (so in preHandler, after the
 //                  body is parsed), its in-memory LocalStore with the default LRU of 5000
 //   floor          the hooks exchangepace adds with no pace in them: a no-op preHandler and an
 //                  onSend writing the two quota headers (RateLimit-Policy and RateLimit) with fixed
 //                  values: the least any plugin of this shape that sends the draft's headers can
 //                  cost
+//   floor-429      the floor with the 429 response in the route's schema, as exchangepace documents
+//                  it: Fastify then looks up a serializer by status code on every response
 //   headers        no hook at all: the handler writes the same two headers with the same fixed
 //                  values before it answers: what the draft's headers cost by themselves
 //   exchangepace-redis, ratelimit-redis
@@ -30,7 +35,7 @@ import rateLimit from '@fastify/rate-limit'
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 
-export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'headers', 'exchangepace', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis']
+export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'floor-429', 'headers', 'exchangepace', 'exchangepace-hook', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis']
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 
 export const CLIENT_ID = 'reporting'
@@ -62,6 +67,10 @@ function token (request, reply) {
 
 const noop = (request, reply, done) => done()
 
+/** The exchangepace-hook server's `onEvent`: counts events, as a metrics hook would. */
+const seen = { events: 0 }
+const countEvent = () => { seen.events++ }
+
 /** What exchangepace writes on an accepted response of a route paced at `rate`, as fixed strings. */
 function quotaHeaderValues (url, rate) {
   return { policy: `"${url}";q=${rate};w=1`, quota: `"${url}";r=${rate - 1};t=1` }
@@ -73,6 +82,16 @@ function fixedQuotaHeaders (url, rate) {
   return (request, reply, payload, done) => {
     reply.header('ratelimit-policy', policy).header('ratelimit', quota)
     done(null, payload)
+  }
+}
+
+/** The 429 response exchangepace adds to a paced route's schema (lib/route-description.ts). */
+const RESPONSE_429 = {
+  429: {
+    description: 'Too many requests: the pace is spent (per replica). Retry after the Retry-After header, in seconds.',
+    type: 'object',
+    properties: { error: { type: 'string' }, error_description: { type: 'string' } },
+    additionalProperties: true
   }
 }
 
@@ -122,6 +141,7 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
   const app = Fastify({ logger })
   await app.register(formbody)
   if (kind === 'exchangepace') await app.register(exchangePace, now === undefined ? {} : { now })
+  if (kind === 'exchangepace-hook') await app.register(exchangePace, { onEvent: countEvent })
   if (kind === 'ratelimit') await app.register(rateLimit, rateLimitStore === undefined ? { global: false } : { global: false, store: rateLimitStore })
   if (kind === 'exchangepace-redis') await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:' }) })
   if (kind === 'ratelimit-redis') await app.register(rateLimit, { global: false, redis: redisClient(app), nameSpace: 'bench:ratelimit:' })
@@ -133,9 +153,10 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
     } else if (kind === 'empty') {
       options.preHandler = noop
       options.onResponse = noop
-    } else if (kind === 'floor') {
+    } else if (kind === 'floor' || kind === 'floor-429') {
       options.preHandler = noop
       options.onSend = fixedQuotaHeaders(url, rate)
+      if (kind === 'floor-429') options.schema = { response: RESPONSE_429 }
     } else if (kind.startsWith('exchangepace')) {
       options.config.pace = { perSecond: rate, key: 'client', spend: 'accepted' }
     } else if (kind.startsWith('ratelimit')) {

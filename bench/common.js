@@ -14,7 +14,6 @@ import { fileURLToPath } from 'node:url'
 import Redis from 'ioredis'
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url))
-export const REPO_DIR = resolve(BENCH_DIR, '..')
 export const PARTS = ['bucket', 'memory', 'http', 'fidelity', 'flood', 'redis', 'instructions', 'guessing']
 
 /**
@@ -60,7 +59,7 @@ export function byMode (options, values) {
   return values[options.mode]
 }
 
-export function quantile (values, q) {
+function quantile (values, q) {
   const sorted = [...values].sort((a, b) => a - b)
   if (sorted.length === 0) return NaN
   const at = (sorted.length - 1) * q

@@ -30,7 +30,7 @@ import autocannon from 'autocannon'
 import { FORM } from './apps.js'
 import { BENCH_DIR, fmt, log, median, ratioText, summary, table } from './common.js'
 
-export const LOAD = {
+const LOAD = {
   sequential: { connections: 10, pipelining: 1 },
   paired: { connections: 10, pipelining: 8 }
 }
@@ -90,252 +90,276 @@ export function startServer (kind, pinned, label) {
   })
 }
 
+/** The index of the configuration `config` is compared with, in its group. */
+function baselineIndex (configs, config) {
+  if (config.baselineOf !== undefined) return configs.indexOf(config)
+  if (config.path === undefined) return 0
+  return configs.findIndex(c => c.baselineOf === config.path)
+}
+
+/** Pins this process (every thread) to core 1, or says why not. */
+function pinSelf (label) {
+  try {
+    execFileSync('taskset', ['-a', '-p', '-c', '1', String(process.pid)], { stdio: 'ignore' })
+    return true
+  } catch (err) {
+    log(`${label}: taskset unavailable (${err.code ?? err.message}): running unpinned`)
+    return false
+  }
+}
+
+/** autocannon's load on `server` for `seconds`, sequential or paired (LOAD). */
+function load (server, config, how, seconds) {
+  return autocannon({
+    url: `http://127.0.0.1:${server.port}${config.url}`,
+    method: 'POST',
+    headers: { 'content-type': FORM },
+    body: config.body,
+    ...LOAD[how],
+    duration: seconds,
+    // autocannon notices the end of the duration on its sampling tick (1 s by default).
+    sampleInt: 50
+  })
+}
+
+/** A round's figures from the server's reading (`stopped`) and autocannon's result. */
+function sample (stopped, result) {
+  const statuses = {}
+  for (const [code, { count }] of Object.entries(result.statusCodeStats ?? {})) statuses[code] = count
+  return {
+    cpuPerRequest: stopped.cpuMicros / stopped.requests,
+    requestsPerSecond: stopped.requests / (stopped.wallMs / 1000),
+    // The share of the round the server spent on the CPU: near 1 when it alone saturates the core.
+    utilization: stopped.cpuMicros / (stopped.wallMs * 1000),
+    statuses,
+    errors: result.errors + result.timeouts
+  }
+}
+
+/** One sequential round of one configuration: the server has the core to itself. */
+async function measureAlone (server, config, seconds) {
+  await server.start()
+  const result = await load(server, config, 'sequential', seconds)
+  return sample(await server.stop(), result)
+}
+
+/** One paired round: `a` and `b` loaded at the same time, each by its own autocannon. */
+async function measurePair (serverA, configA, serverB, configB, seconds) {
+  await Promise.all([serverA.start(), serverB.start()])
+  const [resultA, resultB] = await Promise.all([load(serverA, configA, 'paired', seconds), load(serverB, configB, 'paired', seconds)])
+  const [stoppedA, stoppedB] = await Promise.all([serverA.stop(), serverB.stop()])
+  return [sample(stoppedA, resultA), sample(stoppedB, resultB)]
+}
+
+/** Sequential rounds of a group: samples[config][round]. */
+async function sequentialRounds (run, group, servers, progress) {
+  const configs = run.groups[group]
+  const { rounds } = run.settings.sequential[group]
+  const samples = configs.map(() => [])
+  for (let round = 0; round < rounds; round++) {
+    const order = configs.map((_, i) => i)
+    if (round % 2 === 1) order.reverse()
+    for (const i of order) samples[i].push(await measureAlone(servers[configs[i].kind], configs[i], run.settings.roundSeconds))
+    log(`  ${progress} round ${round + 1}/${rounds}  ` + configs.map((c, i) => `${c.name.split(',')[0]} ${fmt(samples[i][round].cpuPerRequest)}µs`).join(' | '))
+  }
+  return samples
+}
+
+/**
+ * Paired rounds of a group: each configuration with its baseline, the order of the pairs
+ * alternating. Returns pairs[k] = { config, baseline, samples: [[config, baseline] per round] }.
+ */
+async function pairedRounds (run, group, servers, progress) {
+  const configs = run.groups[group]
+  const { rounds } = run.settings.paired[group]
+  const pairs = configs
+    .map((config, i) => ({ config: i, baseline: baselineIndex(configs, config), samples: [] }))
+    .filter(pair => pair.config !== pair.baseline)
+  for (let round = 0; round < rounds; round++) {
+    const order = round % 2 === 1 ? [...pairs].reverse() : pairs
+    for (const pair of order) {
+      const config = configs[pair.config]
+      const baseline = configs[pair.baseline]
+      pair.samples.push(await measurePair(servers[config.kind], config, servers[baseline.kind], baseline, run.settings.roundSeconds))
+    }
+    log(`  ${progress} round ${round + 1}/${rounds}  ` + pairs.map(pair => {
+      const [x, base] = pair.samples[round]
+      return `${configs[pair.config].name.split(',')[0]} ${fmt(x.cpuPerRequest / base.cpuPerRequest, 3)}x`
+    }).join(' | '))
+  }
+  return pairs
+}
+
+/**
+ * Starts a server of every kind into `servers` (by kind). Every start is awaited, so that when one
+ * fails the caller can close all the others.
+ */
+async function startServers (kinds, pinned, label, servers) {
+  const started = await Promise.allSettled(kinds.map(kind => startServer(kind, pinned, label)))
+  started.forEach((result, i) => { if (result.status === 'fulfilled') servers[kinds[i]] = result.value })
+  const failed = started.find(result => result.status === 'rejected')
+  if (failed !== undefined) throw failed.reason
+}
+
+/** One repetition's rounds, in fresh servers: adds each group's and way's rounds to `runs`. */
+async function repetition (run, rep, pinned, runs) {
+  const { groups, settings, label } = run
+  const servers = {}
+  try {
+    await startServers([...new Set(Object.values(groups).flat().map(config => config.kind))], pinned, label, servers)
+    if (!run.smoke) {
+      for (const config of Object.values(groups).flat()) await load(servers[config.kind], config, 'sequential', 0.5)
+    }
+    for (const how of ['sequential', 'paired']) {
+      for (const group of Object.keys(groups)) {
+        if (rep >= settings[how][group].repetitions) continue
+        const progress = `${label} ${how} ${group} ${rep + 1}/${settings[how][group].repetitions}:`
+        runs[how][group].push(how === 'sequential'
+          ? await sequentialRounds(run, group, servers, progress)
+          : await pairedRounds(run, group, servers, progress))
+      }
+    }
+  } finally {
+    await Promise.all(Object.values(servers).map(server => server.close()))
+  }
+}
+
+/**
+ * Every repetition starts fresh server processes (so that one process's luck with the JIT or the
+ * heap does not carry over), warms every configuration up, then runs the rounds each group and
+ * way still has repetitions for. Returns runs[how][group][rep].
+ */
+async function repetitions (run, pinned) {
+  const runs = { sequential: {}, paired: {} }
+  for (const group of Object.keys(run.groups)) {
+    runs.sequential[group] = []
+    runs.paired[group] = []
+  }
+  for (let rep = 0; rep < run.settings.repetitions; rep++) await repetition(run, rep, pinned, runs)
+  return runs
+}
+
+/** The statuses and errors of a list of samples, summed. */
+function totals (list) {
+  const statuses = {}
+  for (const s of list) for (const [code, count] of Object.entries(s.statuses)) statuses[code] = (statuses[code] ?? 0) + count
+  return { statuses, errors: list.reduce((n, s) => n + s.errors, 0) }
+}
+
+/** Per-round ratios of configuration `c` to configuration `base` in one repetition's samples. */
+const ratioOf = (samples, c, base, metric) => samples[c].map((s, round) => s[metric] / samples[base][round][metric])
+
+/** Figures of one configuration of a group's sequential rounds: reps[rep][config][round]. */
+function sequentialConfigFigures (configs, c, reps) {
+  const config = configs[c]
+  const base = baselineIndex(configs, config)
+  const all = reps.flatMap(samples => samples[c])
+  const cpuByRep = reps.map(samples => median(ratioOf(samples, c, base, 'cpuPerRequest')))
+  const rpsByRep = reps.map(samples => median(ratioOf(samples, c, base, 'requestsPerSecond')))
+  // Where the group has the empty hooks, also against them: the cost beyond the shape of the design.
+  const empty = configs.findIndex(x => x.kind === 'empty')
+  const toEmpty = empty !== -1 && c !== empty && c !== base
+    ? { cpuRatioToEmptyHooks: summary(reps.map(samples => median(ratioOf(samples, c, empty, 'cpuPerRequest')))) }
+    : {}
+  return {
+    ...toEmpty,
+    name: config.name,
+    kind: config.kind,
+    url: config.url,
+    expectedStatus: config.status,
+    baseline: configs[base].name,
+    cpuPerRequestMicros: summary(all.map(s => s.cpuPerRequest)),
+    requestsPerSecond: summary(all.map(s => s.requestsPerSecond)),
+    utilization: summary(all.map(s => s.utilization)),
+    cpuRatio: { ...summary(cpuByRep), byRepetition: cpuByRep, rounds: summary(reps.flatMap(samples => ratioOf(samples, c, base, 'cpuPerRequest'))) },
+    rpsRatio: { ...summary(rpsByRep), byRepetition: rpsByRep },
+    ...totals(all),
+    raw: reps.map(samples => samples[c].map(s => ({ cpuPerRequest: s.cpuPerRequest, requestsPerSecond: s.requestsPerSecond, utilization: s.utilization })))
+  }
+}
+
+/** Figures of the sequential rounds of a group: reps[rep][config][round]. */
+function sequentialFigures (run, group, reps) {
+  const configs = run.groups[group]
+  return {
+    ...run.settings.sequential[group],
+    load: LOAD.sequential,
+    configs: configs.map((_, c) => sequentialConfigFigures(configs, c, reps))
+  }
+}
+
+/** Figures of the k-th pair of a group's paired rounds: reps[rep][pair]. */
+function pairFigures (configs, k, reps) {
+  const first = reps[0][k]
+  const config = configs[first.config]
+  const rounds = reps.map(pairs => pairs[k].samples)
+  const ratios = rounds.map(list => list.map(([x, base]) => x.cpuPerRequest / base.cpuPerRequest))
+  const rpsRatios = rounds.map(list => list.map(([x, base]) => x.requestsPerSecond / base.requestsPerSecond))
+  const cpuByRep = ratios.map(median)
+  const rpsByRep = rpsRatios.map(median)
+  return {
+    name: config.name,
+    kind: config.kind,
+    url: config.url,
+    expectedStatus: config.status,
+    baseline: configs[first.baseline].name,
+    cpuPerRequestMicros: summary(rounds.flat().map(([x]) => x.cpuPerRequest)),
+    baselineCpuPerRequestMicros: summary(rounds.flat().map(([, base]) => base.cpuPerRequest)),
+    requestsPerSecond: summary(rounds.flat().map(([x]) => x.requestsPerSecond)),
+    utilization: summary(rounds.flat().map(([x, base]) => x.utilization + base.utilization)),
+    cpuRatio: { ...summary(cpuByRep), byRepetition: cpuByRep, rounds: summary(ratios.flat()) },
+    rpsRatio: { ...summary(rpsByRep), byRepetition: rpsByRep },
+    ...totals(rounds.flat().map(([x]) => x)),
+    raw: rounds.map(list => list.map(([x, base]) => ({ cpuPerRequest: x.cpuPerRequest, baselineCpuPerRequest: base.cpuPerRequest })))
+  }
+}
+
+/** Figures of the paired rounds of a group: reps[rep][pair]. */
+function pairedFigures (run, group, reps) {
+  return {
+    ...run.settings.paired[group],
+    load: LOAD.paired,
+    pairs: reps[0].map((_, k) => pairFigures(run.groups[group], k, reps))
+  }
+}
+
+const statusText = statuses => Object.entries(statuses).map(([code, n]) => `${code}:${n}`).join(' ')
+
+function printSequential (run, group, figures) {
+  log(`\n${run.label} sequential, ${group}: ${figures.repetitions} repetition(s) x ${figures.rounds} rounds of ${run.settings.roundSeconds} s; ratio: median over repetitions (range)`)
+  log(table(['configuration', 'CPU µs/req', 'CPU ratio', 'req/s', 'req/s ratio', 'server CPU use', 'statuses'], figures.configs.map(c => {
+    const isBase = c.name === c.baseline
+    return [c.name, fmt(c.cpuPerRequestMicros.median), isBase ? '1' : ratioText(c.cpuRatio, 3), fmt(c.requestsPerSecond.median, 0),
+      isBase ? '1' : ratioText(c.rpsRatio, 3), `${fmt(100 * c.utilization.median, 0)}%`, statusText(c.statuses)]
+  })))
+}
+
+function printPaired (run, group, figures) {
+  log(`\n${run.label} paired, ${group}: ${figures.repetitions} repetition(s) x ${figures.rounds} rounds of ${run.settings.roundSeconds} s; ratio: median over repetitions (range)`)
+  log(table(['configuration', 'baseline', 'CPU µs/req', 'CPU ratio', 'all rounds: median (quartiles)', 'statuses'], figures.pairs.map(p => [
+    p.name, p.baseline, fmt(p.cpuPerRequestMicros.median), ratioText(p.cpuRatio, 3), ratioText(p.cpuRatio.rounds, 3, 'iqr'), statusText(p.statuses)
+  ])))
+}
+
 /**
  * Runs the rounds of `groups` ({ name: configurations }) as `settings` says (roundSeconds,
  * repetitions, and rounds and repetitions per way and group), prints the tables, and returns
- * { pinned, sequential, paired } with the figures of every group. `label` prefixes the progress.
+ * { pinned, roundSeconds, sequential, paired } with the figures of every group. `label` prefixes
+ * the progress; `smoke` skips the warm-up.
  */
-export async function measureHttp ({ label, groups, settings, smoke }) {
-  /** The index of the configuration `config` is compared with, in its group. */
-  function baselineIndex (configs, config) {
-    if (config.baselineOf !== undefined) return configs.indexOf(config)
-    if (config.path === undefined) return 0
-    return configs.findIndex(c => c.baselineOf === config.path)
-  }
-
-  /** Pins this process (every thread) to core 1, or says why not. */
-  function pinSelf () {
-    try {
-      execFileSync('taskset', ['-a', '-p', '-c', '1', String(process.pid)], { stdio: 'ignore' })
-      return true
-    } catch (err) {
-      log(`${label}: taskset unavailable (${err.code ?? err.message}): running unpinned`)
-      return false
-    }
-  }
-
-  function load (server, config, how, seconds = settings.roundSeconds) {
-    return autocannon({
-      url: `http://127.0.0.1:${server.port}${config.url}`,
-      method: 'POST',
-      headers: { 'content-type': FORM },
-      body: config.body,
-      ...LOAD[how],
-      duration: seconds,
-      // autocannon notices the end of the duration on its sampling tick (1 s by default).
-      sampleInt: 50
-    })
-  }
-
-  function sample (stopped, result) {
-    const statuses = {}
-    for (const [code, { count }] of Object.entries(result.statusCodeStats ?? {})) statuses[code] = count
-    return {
-      cpuPerRequest: stopped.cpuMicros / stopped.requests,
-      requestsPerSecond: stopped.requests / (stopped.wallMs / 1000),
-      // The share of the round the server spent on the CPU: near 1 when it alone saturates the core.
-      utilization: stopped.cpuMicros / (stopped.wallMs * 1000),
-      statuses,
-      errors: result.errors + result.timeouts
-    }
-  }
-
-  /** One sequential round of one configuration: the server has the core to itself. */
-  async function measureAlone (server, config) {
-    await server.start()
-    const result = await load(server, config, 'sequential')
-    return sample(await server.stop(), result)
-  }
-
-  /** One paired round: `a` and `b` loaded at the same time, each by its own autocannon. */
-  async function measurePair (serverA, configA, serverB, configB) {
-    await Promise.all([serverA.start(), serverB.start()])
-    const [resultA, resultB] = await Promise.all([load(serverA, configA, 'paired'), load(serverB, configB, 'paired')])
-    const [stoppedA, stoppedB] = await Promise.all([serverA.stop(), serverB.stop()])
-    return [sample(stoppedA, resultA), sample(stoppedB, resultB)]
-  }
-
-  /** Sequential rounds of a group: samples[config][round]. */
-  async function sequentialRounds (group, servers, progress) {
-    const configs = groups[group]
-    const { rounds } = settings.sequential[group]
-    const samples = configs.map(() => [])
-    for (let round = 0; round < rounds; round++) {
-      const order = configs.map((_, i) => i)
-      if (round % 2 === 1) order.reverse()
-      for (const i of order) samples[i].push(await measureAlone(servers[configs[i].kind], configs[i]))
-      log(`  ${progress} round ${round + 1}/${rounds}  ` + configs.map((c, i) => `${c.name.split(',')[0]} ${fmt(samples[i][round].cpuPerRequest)}µs`).join(' | '))
-    }
-    return samples
-  }
-
-  /**
-   * Paired rounds of a group: each configuration with its baseline, the order of the pairs
-   * alternating. Returns pairs[k] = { config, baseline, samples: [[config, baseline] per round] }.
-   */
-  async function pairedRounds (group, servers, progress) {
-    const configs = groups[group]
-    const { rounds } = settings.paired[group]
-    const pairs = configs
-      .map((config, i) => ({ config: i, baseline: baselineIndex(configs, config), samples: [] }))
-      .filter(pair => pair.config !== pair.baseline)
-    for (let round = 0; round < rounds; round++) {
-      const order = round % 2 === 1 ? [...pairs].reverse() : pairs
-      for (const pair of order) {
-        const config = configs[pair.config]
-        const baseline = configs[pair.baseline]
-        pair.samples.push(await measurePair(servers[config.kind], config, servers[baseline.kind], baseline))
-      }
-      log(`  ${progress} round ${round + 1}/${rounds}  ` + pairs.map(pair => {
-        const [x, base] = pair.samples[round]
-        return `${configs[pair.config].name.split(',')[0]} ${fmt(x.cpuPerRequest / base.cpuPerRequest, 3)}x`
-      }).join(' | '))
-    }
-    return pairs
-  }
-
-  /**
-   * Every repetition starts fresh server processes (so that one process's luck with the JIT or the
-   * heap does not carry over), warms every configuration up, then runs the rounds each group and
-   * way still has repetitions for.
-   */
-  async function repetitions (pinned) {
-    const runs = { sequential: {}, paired: {} }
-    for (const group of Object.keys(groups)) {
-      runs.sequential[group] = []
-      runs.paired[group] = []
-    }
-    for (let rep = 0; rep < settings.repetitions; rep++) {
-      const servers = {}
-      try {
-        // Inside the try, and every start awaited: when one server fails to start, all the others
-        // are closed.
-        const started = await Promise.allSettled(kinds.map(kind => startServer(kind, pinned, label)))
-        started.forEach((result, i) => { if (result.status === 'fulfilled') servers[kinds[i]] = result.value })
-        const failed = started.find(result => result.status === 'rejected')
-        if (failed !== undefined) throw failed.reason
-        if (!smoke) {
-          for (const config of Object.values(groups).flat()) await load(servers[config.kind], config, 'sequential', 0.5)
-        }
-        for (const how of ['sequential', 'paired']) {
-          for (const group of Object.keys(groups)) {
-            if (rep >= settings[how][group].repetitions) continue
-            const progress = `${label} ${how} ${group} ${rep + 1}/${settings[how][group].repetitions}:`
-            runs[how][group].push(how === 'sequential'
-              ? await sequentialRounds(group, servers, progress)
-              : await pairedRounds(group, servers, progress))
-          }
-        }
-      } finally {
-        await Promise.all(Object.values(servers).map(server => server.close()))
-      }
-    }
-    return runs
-  }
-
-  function totals (list) {
-    const statuses = {}
-    for (const s of list) for (const [code, count] of Object.entries(s.statuses)) statuses[code] = (statuses[code] ?? 0) + count
-    return { statuses, errors: list.reduce((n, s) => n + s.errors, 0) }
-  }
-
-  /** Figures of the sequential rounds of a group: reps[rep][config][round]. */
-  function sequentialFigures (group, reps) {
-    const configs = groups[group]
-    const ratioOf = (samples, c, base, metric) => samples[c].map((s, round) => s[metric] / samples[base][round][metric])
-    return {
-      ...settings.sequential[group],
-      load: LOAD.sequential,
-      configs: configs.map((config, c) => {
-        const base = baselineIndex(configs, config)
-        const all = reps.flatMap(samples => samples[c])
-        const cpuByRep = reps.map(samples => median(ratioOf(samples, c, base, 'cpuPerRequest')))
-        const rpsByRep = reps.map(samples => median(ratioOf(samples, c, base, 'requestsPerSecond')))
-        // Where the group has the empty hooks, also against them: the cost beyond the shape of the design.
-        const empty = configs.findIndex(x => x.kind === 'empty')
-        const toEmpty = empty !== -1 && c !== empty && c !== base
-          ? { cpuRatioToEmptyHooks: summary(reps.map(samples => median(ratioOf(samples, c, empty, 'cpuPerRequest')))) }
-          : {}
-        return {
-          ...toEmpty,
-          name: config.name,
-          kind: config.kind,
-          url: config.url,
-          expectedStatus: config.status,
-          baseline: configs[base].name,
-          cpuPerRequestMicros: summary(all.map(s => s.cpuPerRequest)),
-          requestsPerSecond: summary(all.map(s => s.requestsPerSecond)),
-          utilization: summary(all.map(s => s.utilization)),
-          cpuRatio: { ...summary(cpuByRep), byRepetition: cpuByRep, rounds: summary(reps.flatMap(samples => ratioOf(samples, c, base, 'cpuPerRequest'))) },
-          rpsRatio: { ...summary(rpsByRep), byRepetition: rpsByRep },
-          ...totals(all),
-          raw: reps.map(samples => samples[c].map(s => ({ cpuPerRequest: s.cpuPerRequest, requestsPerSecond: s.requestsPerSecond, utilization: s.utilization })))
-        }
-      })
-    }
-  }
-
-  /** Figures of the paired rounds of a group: reps[rep][pair]. */
-  function pairedFigures (group, reps) {
-    const configs = groups[group]
-    return {
-      ...settings.paired[group],
-      load: LOAD.paired,
-      pairs: reps[0].map((first, k) => {
-        const config = configs[first.config]
-        const rounds = reps.map(pairs => pairs[k].samples)
-        const ratios = rounds.map(list => list.map(([x, base]) => x.cpuPerRequest / base.cpuPerRequest))
-        const rpsRatios = rounds.map(list => list.map(([x, base]) => x.requestsPerSecond / base.requestsPerSecond))
-        const cpuByRep = ratios.map(median)
-        const rpsByRep = rpsRatios.map(median)
-        return {
-          name: config.name,
-          kind: config.kind,
-          url: config.url,
-          expectedStatus: config.status,
-          baseline: configs[first.baseline].name,
-          cpuPerRequestMicros: summary(rounds.flat().map(([x]) => x.cpuPerRequest)),
-          baselineCpuPerRequestMicros: summary(rounds.flat().map(([, base]) => base.cpuPerRequest)),
-          requestsPerSecond: summary(rounds.flat().map(([x]) => x.requestsPerSecond)),
-          utilization: summary(rounds.flat().map(([x, base]) => x.utilization + base.utilization)),
-          cpuRatio: { ...summary(cpuByRep), byRepetition: cpuByRep, rounds: summary(ratios.flat()) },
-          rpsRatio: { ...summary(rpsByRep), byRepetition: rpsByRep },
-          ...totals(rounds.flat().map(([x]) => x)),
-          raw: rounds.map(list => list.map(([x, base]) => ({ cpuPerRequest: x.cpuPerRequest, baselineCpuPerRequest: base.cpuPerRequest })))
-        }
-      })
-    }
-  }
-
-  const statusText = statuses => Object.entries(statuses).map(([code, n]) => `${code}:${n}`).join(' ')
-
-  function printSequential (group, figures) {
-    log(`\n${label} sequential, ${group}: ${figures.repetitions} repetition(s) x ${figures.rounds} rounds of ${settings.roundSeconds} s; ratio: median over repetitions (range)`)
-    log(table(['configuration', 'CPU µs/req', 'CPU ratio', 'req/s', 'req/s ratio', 'server CPU use', 'statuses'], figures.configs.map(c => {
-      const isBase = c.name === c.baseline
-      return [c.name, fmt(c.cpuPerRequestMicros.median), isBase ? '1' : ratioText(c.cpuRatio, 3), fmt(c.requestsPerSecond.median, 0),
-        isBase ? '1' : ratioText(c.rpsRatio, 3), `${fmt(100 * c.utilization.median, 0)}%`, statusText(c.statuses)]
-    })))
-  }
-
-  function printPaired (group, figures) {
-    log(`\n${label} paired, ${group}: ${figures.repetitions} repetition(s) x ${figures.rounds} rounds of ${settings.roundSeconds} s; ratio: median over repetitions (range)`)
-    log(table(['configuration', 'baseline', 'CPU µs/req', 'CPU ratio', 'all rounds: median (quartiles)', 'statuses'], figures.pairs.map(p => [
-      p.name, p.baseline, fmt(p.cpuPerRequestMicros.median), ratioText(p.cpuRatio, 3), ratioText(p.cpuRatio.rounds, 3, 'iqr'), statusText(p.statuses)
-    ])))
-  }
-
-  const pinned = pinSelf()
+export async function measureHttp (run) {
+  const { label, groups, settings } = run
+  const pinned = pinSelf(label)
   const kinds = [...new Set(Object.values(groups).flat().map(config => config.kind))]
   log(`${label}: servers ${pinned ? 'on core 0, load on core 1' : 'unpinned'}; kinds ${kinds.join(', ')}`)
-  const runs = await repetitions(pinned)
+  const runs = await repetitions(run, pinned)
   const sequential = {}
   const paired = {}
   for (const group of Object.keys(groups)) {
-    sequential[group] = sequentialFigures(group, runs.sequential[group])
-    paired[group] = pairedFigures(group, runs.paired[group])
+    sequential[group] = sequentialFigures(run, group, runs.sequential[group])
+    paired[group] = pairedFigures(run, group, runs.paired[group])
   }
-  for (const group of Object.keys(groups)) printSequential(group, sequential[group])
-  for (const group of Object.keys(groups)) printPaired(group, paired[group])
+  for (const group of Object.keys(groups)) printSequential(run, group, sequential[group])
+  for (const group of Object.keys(groups)) printPaired(run, group, paired[group])
   return { pinned, roundSeconds: settings.roundSeconds, sequential, paired }
 }

@@ -1,11 +1,11 @@
 // One server of the HTTP part, in its own process: `node bench/http-server.js <kind>`.
 //
-// Started by bench/http.js with an IPC channel (and `taskset -c 0`). It listens on a free loopback
-// port and reports it; then, for each measured round, the parent sends 'start' and 'stop' and the
+// Started with an IPC channel by bench/http-rounds.js (and pinned with `taskset -c 0`) or, under
+// callgrind, by bench/callgrind.js. It listens on a free loopback port and reports it; then, for each measured round, the parent sends 'start' and 'stop' and the
 // server answers with its own CPU time (process.cpuUsage: user + system, every thread of the
 // process) and the requests it received in between. The measured route does nothing extra: the
 // counter is a listener on the HTTP server, the same in every kind, and the control messages go
-// over IPC, outside the measured route and outside the measured window. Part 7 (instructions) also
+// over IPC, outside the measured route and outside the measured window. bench/callgrind.js also
 // asks how many major garbage collections fell in its counted window ('watch', 'collections').
 
 import { PerformanceObserver, constants } from 'node:perf_hooks'
@@ -46,7 +46,7 @@ process.on('message', message => {
     const wallMs = Number(process.hrtime.bigint() - startTime) / 1e6
     process.send({ cmd: 'stopped', cpuMicros: cpu.user + cpu.system, requests: requests - startRequests, wallMs })
   } else if (message.cmd === 'watch') {
-    // Part 7 only: counts the major collections from here on, which 'collections' reports.
+    // bench/callgrind.js only: counts the major collections from here on, which 'collections' reports.
     observeMajorCollections()
     majorCollections = 0
     majorFrom = performance.now()

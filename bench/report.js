@@ -43,6 +43,84 @@ function machineSection (results) {
   return out.join('\n')
 }
 
+/** A list: `a, b and c`. */
+const list = items => items.length <= 1 ? items.join('') : `${items.slice(0, -1).join(', ')} and ${items.at(-1)}`
+const count = value => Math.round(value).toLocaleString('en-US')
+/** `1,234 more` or `1,234 fewer`. */
+const moreOrFewer = value => `${count(Math.abs(value))} ${value >= 0 ? 'more' : 'fewer'}`
+
+/**
+ * The HTTP rows of the summary: instructions per accepted request against the floor of the
+ * contract (the target), server CPU per request against @fastify/rate-limit's (the target), the
+ * refusal and refund paths, and what an onEvent hook costs.
+ */
+function httpSummaryRows (http, instructions) {
+  const rows = []
+  const target = instructions?.target
+  if (target) {
+    const of = kind => instructions.results.find(r => r.kind === kind)
+    const hook = target.hookRatioToFloor === null ? '' : `; with an onEvent hook ${x(target.hookRatioToFloor, 3)}`
+    rows.push(['HTTP: instructions per accepted request (callgrind), against the floor of the contract (a no-op preHandler + the two quota headers in onSend)', `<= ${target.limit}x the floor, and below @fastify/rate-limit`,
+      `exchangepace ${x(target.ratioToFloor, 3)} of the floor (${count(target.beyondFloor)} beyond it)${hook}; @fastify/rate-limit ${x(target.ratelimit / target.floor, 3)}; the floor ${x(of('floor').ratioToBare, 3)} of bare`, verdict(target.met)])
+  }
+  if (http?.target?.rateLimit) {
+    for (const how of ['sequential', 'paired']) {
+      const pace = http.target[how]
+      const rateLimit = http.target.rateLimit[how]
+      rows.push([`HTTP: server CPU per accepted request, ${how} rounds, as a ratio to bare`, 'below @fastify/rate-limit\'s',
+        `exchangepace ${spread(pace, 3, 'range')}, @fastify/rate-limit ${spread(rateLimit, 3, 'range')}`, verdict(pace.median < rateLimit.median)])
+    }
+  }
+  const paths = pathsSummary(http, instructions)
+  if (paths) rows.push(paths)
+  const hook = hookSummary(http, instructions)
+  if (hook) rows.push(hook)
+  return rows
+}
+
+/** The 429 path against @fastify/rate-limit's, and the refund path, in instructions and CPU. */
+function pathsSummary (http, instructions) {
+  const counted = instructions?.paths ?? []
+  const timed = http?.sequential?.paths?.configs ?? []
+  const find = (entries, kind, status) => entries.find(r => r.kind === kind && r.expectedStatus === status)
+  const paceRefusal = find(counted, 'exchangepace', 429)
+  const rateLimitRefusal = find(counted, 'ratelimit', 429)
+  const cpuPace = find(timed, 'exchangepace', 429)
+  const cpuRateLimit = find(timed, 'ratelimit', 429)
+  if (!paceRefusal && !cpuPace) return null
+  const parts = []
+  if (paceRefusal && rateLimitRefusal) parts.push(`429, instructions per request: exchangepace ${count(paceRefusal.instructionsPerRequest)}, @fastify/rate-limit ${count(rateLimitRefusal.instructionsPerRequest)} (${x(paceRefusal.instructionsPerRequest / rateLimitRefusal.instructionsPerRequest, 3)})`)
+  if (cpuPace && cpuRateLimit) parts.push(`429, CPU per request as a ratio to bare's 200 (sequential): exchangepace ${x(cpuPace.cpuRatio.median, 3)}, @fastify/rate-limit ${x(cpuRateLimit.cpuRatio.median, 3)}`)
+  const refund = find(counted, 'exchangepace', 401)
+  const cpuRefund = find(timed, 'exchangepace', 401)
+  const refundText = [refund && `${x(refund.ratioToBaseline, 3)} in instructions`, cpuRefund && `${x(cpuRefund.cpuRatio.median, 3)} in CPU (sequential)`].filter(Boolean)
+  if (refundText.length > 0) parts.push(`refund (a wrong secret, 401) against bare's 401: ${refundText.join(', ')}`)
+  const met = (!paceRefusal || !rateLimitRefusal || paceRefusal.instructionsPerRequest < rateLimitRefusal.instructionsPerRequest) &&
+    (!cpuPace || !cpuRateLimit || cpuPace.cpuRatio.median < cpuRateLimit.cpuRatio.median)
+  return ['HTTP: the refusal (429) and refund paths', '429 below @fastify/rate-limit\'s; the refund for reference', parts.join('; '), verdict(met)]
+}
+
+/** What an onEvent hook (a no-op counter) adds to each path, in instructions and CPU. */
+function hookSummary (http, instructions) {
+  const parts = []
+  const added = (entries, status, metric) => {
+    const hook = entries.find(r => r.kind === 'exchangepace-hook' && r.expectedStatus === status)
+    const none = entries.find(r => r.kind === 'exchangepace' && r.expectedStatus === status)
+    return hook && none ? metric(hook, none) : null
+  }
+  const counted = [...(instructions?.results ?? []), ...(instructions?.paths ?? [])]
+  const timed = [...(http?.sequential?.main?.configs ?? []), ...(http?.sequential?.paths?.configs ?? [])]
+  const label = { 200: 'accepted', 401: 'refunded', 429: 'refused' }
+  const byPath = [200, 401, 429].map(status => {
+    const instr = added(counted, status, (h, n) => `${h.instructionsPerRequest - n.instructionsPerRequest >= 0 ? '+' : ''}${count(h.instructionsPerRequest - n.instructionsPerRequest)} instructions`)
+    const cpu = added(timed, status, (h, n) => `CPU ${x(h.cpuRatio.median / n.cpuRatio.median, 3)} of exchangepace's without it`)
+    return instr || cpu ? `${label[status]}: ${[instr, cpu].filter(Boolean).join(', ')}` : null
+  }).filter(Boolean)
+  parts.push(...byPath)
+  if (parts.length === 0) return null
+  return ['HTTP: an onEvent hook set (a no-op counter), against none', 'for reference: without a hook the path is unchanged', `per request: ${list(parts)} (the hook is called on refusals and refunds only)`, '']
+}
+
 function summarySection (results) {
   const rows = []
   const { bucket, memory, http, fidelity, flood, redis, instructions } = results
@@ -63,25 +141,7 @@ function summarySection (results) {
     const sp = memory.spenders
     rows.push([`${sp.ids.toLocaleString('en-US')} spenders, one horizon later`, '0 rows', `${sp.rowsAfterHorizon} rows, ${f(sp.heapGrowthAfterHorizonMB, 2)} MB`, verdict(sp.rowsAfterHorizon === 0)])
   }
-  if (http) {
-    const seq = kind => http.sequential.main.configs.find(c => c.kind === kind).cpuRatio
-    const par = kind => http.paired.main.pairs.find(p => p.kind === kind).cpuRatio
-    for (const [how, ratioOf] of [['sequential', seq], ['paired', par]]) {
-      // The median over repetitions (its range), then the median of every round's ratio in the run.
-      const pace = ratioOf('exchangepace')
-      rows.push([`HTTP server CPU per request, ${how} rounds`, '<= 1.05x bare', `exchangepace ${spread(pace, 3, 'range')}, all rounds ${x(pace.rounds.median, 3)}; empty hooks ${x(ratioOf('empty').median, 3)}, @fastify/rate-limit ${x(ratioOf('ratelimit').median, 3)}`, verdict(pace.median <= 1.05 && pace.rounds.median <= 1.05)])
-    }
-    const floor = http.sequential.main.configs.find(c => c.kind === 'floor')
-    const pace = http.sequential.main.configs.find(c => c.kind === 'exchangepace')
-    if (floor && pace) {
-      rows.push(['HTTP: the floor of the contract (a no-op preHandler + the two quota headers in onSend)', 'for reference', `floor ${spread(floor.cpuRatio, 3, 'range')} of bare (sequential); exchangepace ${x(pace.cpuRatioToEmptyHooks.median, 3)} of the empty hooks (a no-op preHandler and onResponse)`, ''])
-    }
-  }
-  if (instructions?.results) {
-    const of = kind => instructions.results.find(r => r.kind === kind)
-    const text = ['empty', 'floor', 'exchangepace', 'ratelimit'].filter(of).map(kind => `${of(kind).name} ${x(of(kind).ratioToBare, 3)}`).join(', ')
-    rows.push(['Instructions per request (callgrind)', '<= 1.05x bare', text, verdict(of('exchangepace').ratioToBare <= 1.05)])
-  }
+  rows.push(...httpSummaryRows(http, instructions))
   if (redis?.target) {
     rows.push(['Redis: server CPU per request vs @fastify/rate-limit\'s Redis store', '<= 1x', `sequential ${spread(redis.target.cpu.sequential, 3, 'range')}, paired ${spread(redis.target.cpu.paired, 3, 'range')}`, verdict(redis.target.cpu.sequential.median <= 1 && redis.target.cpu.paired.median <= 1)])
     rows.push(['Redis: peak requests/s vs @fastify/rate-limit\'s Redis store', '>= 1x', `sequential ${spread(redis.target.requestsPerSecond.sequential, 3, 'range')}`, verdict(redis.target.requestsPerSecond.sequential.median >= 1)])
@@ -194,7 +254,7 @@ function httpSection (http, bucketNs) {
   const seq = http.sequential
   const par = http.paired
   const out = ['## 3. HTTP cost', '',
-    `The same token route (\`POST /token\`, @fastify/formbody, a \`client_credentials\` body with \`client_secret_post\`) served five ways, each by its own server process on loopback: **bare**; **empty hooks** (a no-op preHandler and onResponse on the route: the hooks the design card names, with nothing in them, and a gauge of each run's noise; exchangepace itself settles in onSend and adds no onResponse); **floor** (a no-op preHandler and an onSend that writes the two quota headers the RateLimit draft asks for, with fixed values: exchangepace's hooks with no pace in them, the least any plugin of this shape that sends those headers can cost; before 2026-12-03's last runs it also had a no-op onResponse); **exchangepace** (per declared client id, spend 'accepted', a rate never reached); **@fastify/rate-limit** (keyed by the body's client_id in preHandler, default LocalStore). ${http.pinned ? 'Servers are pinned to core 0 and the load generator (autocannon) to core 1 with `taskset`.' : 'taskset was not available: nothing was pinned.'} A server reads \`process.cpuUsage()\` (user + system) when told over IPC that a round starts and ends, outside the measured route, and counts the requests it received. Every repetition starts fresh server processes and warms each configuration up.`,
+    `The same token route (\`POST /token\`, @fastify/formbody, a \`client_credentials\` body with \`client_secret_post\`) served six ways, each by its own server process on loopback: **bare**; **empty hooks** (a no-op preHandler and onResponse on the route: the hooks the design card names, with nothing in them, and a gauge of each run's noise; exchangepace itself settles in onSend and adds no onResponse); **floor** (a no-op preHandler and an onSend that writes the two quota headers the RateLimit draft asks for, with fixed values: exchangepace's hooks with no pace in them, the least any plugin of this shape that sends those headers can cost); **exchangepace** (per declared client id, spend 'accepted', a rate never reached); **exchangepace, onEvent hook set** (the same with an \`onEvent\` hook that counts events, called on refusals and refunds); **@fastify/rate-limit** (keyed by the body's client_id in preHandler, default LocalStore). ${http.pinned ? 'Servers are pinned to core 0 and the load generator (autocannon) to core 1 with `taskset`.' : 'taskset was not available: nothing was pinned.'} A server reads \`process.cpuUsage()\` (user + system) when told over IPC that a round starts and ends, outside the measured route, and counts the requests it received. Every repetition starts fresh server processes and warms each configuration up.`,
     '',
     `- **sequential**: each configuration in turn has the core for ${http.roundSeconds} s under autocannon (${seq.main.load.connections} connections, ${seq.main.load.pipelining} request at a time on each), the order alternating between rounds; a round's ratio is against bare's figure in the same round.`,
     `- **paired**: a configuration and its baseline are loaded at the same time for ${http.roundSeconds} s, both on core 0, one autocannon each (${par.main.load.connections} connections, ${par.main.load.pipelining} requests pipelined on each, so that both stay busy); whatever else the machine runs in that second weighs on both alike. Pipelining makes a request cheaper (fewer reads and writes), so a plugin's share of it, and the ratio, is if anything larger than with one request at a time.`,
@@ -237,7 +297,7 @@ function httpSection (http, bucketNs) {
   const live = bucketNs?.results.find(r => r.workload === 'live keys' && r.keys === 10_000 && r.order === 'shuffled')
   if (pace && bare && live) {
     const extraMicros = pace.cpuPerRequestMicros.median - bare.cpuPerRequestMicros.median
-    out.push(`The bucket is a small part of the difference: one \`reserve\` (with a refund on half the calls) costs ${f(live.nsPerOp.exchangepace.median)} ns at 10k live keys in part 1, against the ${f(extraMicros, 1)} µs per request exchangepace adds to bare here (medians). What dominates is what Fastify and Node do for the contract: each response header costs its validation, its place in the header block and its bytes on the socket (the floor configuration sends the two quota headers and nothing else), and each hook its runner (for onResponse, response listeners attached and removed on every request). Part 7 (instructions per request, which the machine's noise moves far less) separates them.`, '')
+    out.push(`The bucket is a small part of the difference: one \`reserve\` (with a refund on half the calls) costs ${f(live.nsPerOp.exchangepace.median)} ns at 10k live keys in part 1, against the ${f(extraMicros, 1)} µs per request exchangepace adds to bare here (medians). What dominates is what Fastify and Node do for the contract: each response header costs its validation, its place in the header block and its bytes on the socket (the floor configuration sends the two quota headers and nothing else), and each hook its runner (for onResponse, response listeners attached and removed on every request). Part 7 (instructions per request, which the machine's noise moves far less) separates them, and judges exchangepace against the floor: CPU time, whose empty-hooks gauge moves by several percent from run to run, is no judge of a step of 3%, and its target is only to stay below @fastify/rate-limit.`, '')
   }
   out.push('The refund path (wrong secret: the handler sets `request.pace.outcome = \'rejected\'` and the unit is refunded) is compared with bare answering the same 401; each 429 path (`POST /token-tight` at 1/s: all but about one request a second refused) with bare answering 200 on that route. "server CPU use" is the share of the round the server spent on the CPU: well below 100% means the load generator, or other work on the machine, held it back, and the sequential figures then also carry the cost of waking up for fewer requests at a time.', '')
   return out.join('\n')
@@ -303,50 +363,75 @@ function instructionsSection (instructions) {
     out.push(`Skipped in the latest run: ${instructions.skipped}.`, '')
     return out.join('\n')
   }
-  out.push(`The servers of part 3 under valgrind's callgrind (${instructions.valgrind}), which counts the instructions a process executes in user space: each server answered ${instructions.warmup.toLocaleString('en-US')} requests twice to warm up, then the counters were zeroed and ${instructions.results[0].requests.toLocaleString('en-US')} more counted (\`POST /token\`, the right secret). The count depends far less than CPU time on what else the machine runs, so it shows what each piece adds where the CPU-time rounds of part 3 only show it through noise; but it is not fixed: what the JIT compiles, inlines and collects, and when, changes from run to run. On 2026-12-03 three morning runs of one build, two servers counted at a time, agreed within about 1% (bare 95,457-95,713 instructions per request, exchangepace 110,728-111,885, @fastify/rate-limit 112,445-112,641, settlement then in onResponse); an afternoon run on a busier machine moved further, and since 13:00 each server is counted alone (two at a time, the count followed the scheduler). Even so, the two afternoon runs of the build that moved settlement to onSend (14:56 and 15:17) moved by up to 20% for one server (@fastify/rate-limit 135,375, then 112,733; exchangepace 113,024, then 121,064) and counted a no-op onResponse below bare once. The first run after them on a quiet machine (16:26) counted exchangepace at 107,224, 3,500-4,700 fewer than the morning's runs, about what a no-op onResponse alone adds (3,359 in that run); the next (17:16, the table below unless a later run replaced it), on a build whose in-memory path changed only where this route does not go, counted 113,031, while the other servers moved by less than 1%. So that is an indication of what leaving onResponse saved, not a measure of it, and exchangepace's own count moves by about 5% between quiet runs. A difference of a percent or two between two counts is at the edge of what the count shows. It leaves out the kernel (the socket reads and writes), a good share of the CPU time of a request, so its ratios are larger than those of part 3. Much of that movement was the collector's: a major GC (mark-compact), which comes about once in 289,000 requests under load, fell in the window of some servers and not others, and on 2026-12-04 one added about 13,000 instructions per request to exchangepace's Redis store (189,047 with one in its window, 176,170 without, 10,000 requests counted), and most likely about 6,000 to exchangepace in a full run that counted it at 111,877 (two counts whose windows held none: 106,017 and 106,203). Since then each server reports the major GCs of its window, and a count whose window held one is made again in a fresh server (up to three servers), so the counts leave major GCs out and keep the scavenges; since the run of 16:46 that day, a retry's window starts right after the server's next major GC (it is sent requests ${Math.min(1000, instructions.results[0].requests).toLocaleString('en-US')} at a time after its warm-up until it reports one, ${(2 * instructions.results[0].requests).toLocaleString('en-US')} at most: the "more requests" in the table); the table gives how many servers each count took and the major GCs in the window kept. The Redis stores allocate more per request: in the first run so counted (2026-12-04 15:07-15:30) each of three servers of each Redis store had one major GC in its window (exchangepace's 198,413, 192,385 and 189,073 instructions per request, @fastify/rate-limit's 211,753, 218,417 and 221,835), so their counts kept one each, and so did the next run's (16:19-16:44: exchangepace's 196,786, 195,351 and 223,097, @fastify/rate-limit's 205,484, 206,260 and 202,493), where the one kept made exchangepace's store 0.852x of @fastify/rate-limit's in the first and 1.102x in the second: a count with a major GC in it says little. Since the run of 16:46-17:06 a retry's window starts after a major GC, and both Redis stores were counted without one in their second server (the table's "more requests": how many it took for the major GC to come). (Collecting in full before the window, \`global.gc\`, was tried first: every count that followed it, bare's included, came out 35% to 2x higher, 5,000 requests later.)`, '')
-  const gcs = instructions.results.every(r => r.majorGcs !== undefined)
-  const aligned = instructions.results.every(r => r.alignedAfter !== undefined)
+  const requests = instructions.results[0].requests.toLocaleString('en-US')
+  out.push(`The servers of part 3 under valgrind's callgrind (${instructions.valgrind}), which counts the instructions a process executes in user space, one server at a time: each answered ${instructions.warmup.toLocaleString('en-US')} requests twice to warm up, then the counters were zeroed and ${requests} more counted (bench/callgrind.js). The count depends far less than CPU time on what else the machine runs, so it judges a step of a few percent that the CPU-time rounds of part 3 cannot; but it is not fixed: what the JIT compiles, inlines and collects moves it by about 1% between runs of one build, and the same server has counted up to a few percent apart in separate runs. A major GC (about once in 289,000 requests) adds thousands of instructions per request to the window it falls in, so a count whose window held one is made again in a fresh server, its window starting after a major GC ("servers counted"; the last count is kept). It leaves out the kernel (the socket reads and writes), a good share of a request's CPU time, so its ratios are larger than those of part 3. How the method came to be, and the counts of earlier runs: [benchmark-history.md](benchmark-history.md).`, '')
+  out.push('**Accepted exchanges** (`POST /token`, the right secret, 200):', '')
+  out.push(instructionsTable(instructions.results))
+  out.push('', ...floorReading(instructions), '')
+  if (instructions.paths?.length > 0) {
+    out.push('**The refund path and the 429 path**: a wrong secret (401; exchangepace refunds the unit) against bare\'s 401, and `POST /token-tight` at 1/s (all but about one request a second refused) against bare\'s 200 on that route. An `onEvent` hook is called on each refund and each refusal. Each path is counted in one server: single counts of one build have moved by up to 3.5% between servers on a busy machine (2026-12-05), so a difference of a thousand or two between two of these lines is within what one count shows.', '')
+    out.push(mdTable(['configuration', 'instructions per request', 'baseline', 'added to it', 'ratio to it', 'servers counted', 'major GCs in the window', 'responses'], instructions.paths.map(r => [
+      r.name, count(r.instructionsPerRequest), r.baseline, count(r.addedToBaseline), x(r.ratioToBaseline, 3), String(r.attempts), String(r.majorGcs),
+      Object.entries(r.statuses).map(([code, n]) => `${code}: ${n.toLocaleString('en-US')}`).join(', ')
+    ]), ['l', 'r', 'l', 'r', 'r', 'r', 'r', 'l']), '')
+  }
+  const of = kind => instructions.results.find(r => r.kind === kind)
+  if (of('exchangepace-redis') && of('ratelimit-redis')) {
+    out.push(`On Redis, the Node process only: exchangepace's RedisStore ${count(of('exchangepace-redis').instructionsPerRequest)} instructions per request, @fastify/rate-limit's Redis store ${count(of('ratelimit-redis').instructionsPerRequest)}: ${x(of('exchangepace-redis').instructionsPerRequest / of('ratelimit-redis').instructionsPerRequest, 3)}.`, '')
+  }
+  if (instructions.redisScripts) out.push(redisScriptsReading(instructions), '')
+  return out.join('\n')
+}
+
+/** The table of accepted exchanges, with how many servers each count took. */
+function instructionsTable (results) {
   const alignedText = r => r.alignedAfter === null
     ? ''
     : r.majorGcBeforeWindow === false
       ? ` (no major GC in ${r.alignedAfter.toLocaleString('en-US')} more requests)`
       : ` (window after ${r.alignedAfter.toLocaleString('en-US')} more requests)`
-  out.push(mdTable(['configuration', 'instructions per request', 'added to bare', 'ratio to bare', ...(gcs ? ['servers counted', 'major GCs in the window'] : [])], instructions.results.map(r => [
-    r.name, Math.round(r.instructionsPerRequest).toLocaleString('en-US'), Math.round(r.addedPerRequest).toLocaleString('en-US'), x(r.ratioToBare, 3), ...(gcs ? [`${r.attempts}${aligned ? alignedText(r) : ''}`, String(r.majorGcs)] : [])
-  ])))
+  const each = results.some(r => r.servers?.length > 1)
+  return mdTable(['configuration', 'instructions per request', 'added to bare', 'ratio to bare', ...(each ? ['each server counted (the median kept)'] : []), 'servers counted', 'major GCs in the window'], results.map(r => [
+    r.name, count(r.instructionsPerRequest), count(r.addedPerRequest), x(r.ratioToBare, 3), ...(each ? [r.servers.map(c => count(c.instructionsPerRequest)).join(', ')] : []), `${r.attempts}${alignedText(r)}`, String(r.majorGcs)
+  ]))
+}
+
+/** What the accepted exchanges' table says about the floor, the 429 schema and the hook. */
+function floorReading (instructions) {
   const of = kind => instructions.results.find(r => r.kind === kind)
-  if (of('floor') && of('exchangepace') && of('empty')) {
-    const floorRatio = of('floor').ratioToBare
-    const onResponseAdded = of('onresponse')?.addedPerRequest
-    let onResponse = ''
-    if (onResponseAdded !== undefined && onResponseAdded <= 0) {
-      onResponse = ` The onResponse hook alone came out ${Math.round(-onResponseAdded).toLocaleString('en-US')} below bare in this run: within its noise (see above).`
-    } else if (onResponseAdded !== undefined) {
-      onResponse = ` Of those, the onResponse hook alone adds ${Math.round(onResponseAdded).toLocaleString('en-US')}: with one on the route, Fastify attaches its 'finish' and 'error' listeners to every response and removes them after, and reads the clock at both ends, which it does on every route anyway when the server has a logger (here it has none).`
-    }
-    out.push('', `Read from the table: the empty hooks (a no-op preHandler and onResponse, the hooks the design card names) add ${Math.round(of('empty').addedPerRequest).toLocaleString('en-US')} instructions (Fastify's hook runners, and for onResponse its response listeners).${onResponse} exchangepace settles in onSend and adds no onResponse (docs/design.md says why): the floor of its shape, a no-op preHandler and an onSend writing the two quota headers, adds ${Math.round(of('floor').addedPerRequest).toLocaleString('en-US')} to bare, and exchangepace's own work (the ticket, the declared client id, the reservation, the header values, and the 429 response in the route's schema, for which Fastify looks up a serializer by status on every response) ${Math.round(of('exchangepace').instructionsPerRequest - of('floor').instructionsPerRequest).toLocaleString('en-US')} beyond the floor. ` +
-      (floorRatio > 1.05
-        ? `The floor alone, ${x(floorRatio, 3)} of bare, is over the 1.05x target: no plugin that sends the draft's two headers on every accepted response through Fastify can meet it by this count.`
-        : `The floor is ${x(floorRatio, 3)} of bare.`) +
-      (of('headers') ? ` The two headers by themselves, written by the handler with no hook at all, add ${Math.round(of('headers').addedPerRequest).toLocaleString('en-US')} (${x(of('headers').ratioToBare, 3)} of bare): Fastify's \`reply.header\`, and Node's validation of each header and its place in the header block.` : ''))
+  const target = instructions.target
+  if (!target) return []
+  const out = [`Against the floor of the contract (a no-op preHandler and an onSend writing the two quota headers with fixed values: what any plugin of exchangepace's shape that sends the draft's headers pays), exchangepace counts ${count(target.beyondFloor)} instructions more per request, ${x(target.ratioToFloor, 3)}: the target of at most ${target.limit}x, and below @fastify/rate-limit (${x(target.ratioToRateLimit, 3)} of it), is ${verdict(target.met)}.`]
+  const schema = of('floor-429')
+  if (schema) {
+    out.push(`Part of that difference is the 429 that exchangepace documents in a paced route's response schema (for @fastify/swagger): with a response schema, Fastify looks up a serializer by status code on every response, and for a 200 that has none it builds the string \`2xx\` and looks that up too (about 600 instructions in a callgrind diff of the two floors, 2026-12-05). The floor with the same 429 in its schema counts ${moreOrFewer(schema.instructionsPerRequest - target.floor)} than the floor (${x(schema.instructionsPerRequest / target.floor, 3)}); exchangepace counts ${moreOrFewer(target.exchangepace - schema.instructionsPerRequest)} than it (${x(target.exchangepace / schema.instructionsPerRequest, 3)}): the declared client id read from the body and checked, the reservation, the ticket and the RateLimit header's value.`)
   }
-  if (of('headers')) {
-    out.push('', 'Where the two headers\' instructions go, per response (a callgrind diff of the headers server against bare, 2026-12-04, 5,000 requests each, functions with names only): about 800 lowercasing the names (Fastify\'s `reply.header` lowercases each one, and Node lowercases it again to match it against the headers it treats specially), about 570 in the regular expressions Node checks each name and value with, about 800 building and flattening the longer header block, about 600 in malloc, about 600 in keyed loads and stores on Fastify\'s header object, and about 2,400 in compiled JavaScript. Until 2026-12-04 exchangepace built the RateLimit item anew for every response: a concatenated string, which Node\'s value check took through V8\'s runtime to flatten (`Runtime_RegExpExec`, once per request). A pace now reuses the item it last wrote while the units remaining repeat, as they do under steady traffic (each request finds its key\'s bucket refilled and leaves `floor(perSecond) - 1`); where the header lists one pace, as on this route, the item is the whole value and is flattened once, and a header that lists several reuses its list the same way (on a scratch server paced per source and per client, about 3,000-5,000 fewer instructions per request, in pairs of callgrind runs before and after). One server counted before and after the change (a scratch copy of this part, 5,000 requests each): 114,141 and 112,966 instructions per request. The full runs on either side of it (2026-12-04 00:48 and 04:10): 107,279 (4,558 beyond the floor) and 105,882 (3,232). Of what is left beyond the floor, a callgrind diff against it put about 1,600 in compiled JavaScript (the declared client id, the reservation, the ticket and its holding) and about 300 in Fastify\'s lookup of a serializer by status, which a response schema makes it do on every response: a 200 finds none under `200`, and Fastify then builds the string `2xx` and looks that up.')
+  out.push('Where exchangepace\'s instructions beyond the floor go, in a callgrind diff of the two servers (2026-12-05, 5,000 requests each, 2,498 apart): about 1,550 in compiled JavaScript, which callgrind cannot name by function (exchangepace\'s code and the parts of Fastify that a paced route runs differently); about 290 in V8\'s string table, looking up strings made at run time as property keys (among them Fastify\'s `2xx`); about 125 in Map and Set lookups (the pace\'s table of keys among them); about 120 concatenating strings; 106 in the regular expression that checks the declared id for control characters; about 90 growing arrays; and the rest in smaller builtins.')
+  const hook = of('exchangepace-hook')
+  if (hook) {
+    out.push(`With an \`onEvent\` hook set (a counter of events), an accepted request counts ${moreOrFewer(hook.instructionsPerRequest - target.exchangepace)}: the hook is called on refusals and refunds only (the table below), and on this path the difference is the servers' own.`)
   }
-  if (of('exchangepace-redis') && of('ratelimit-redis')) {
-    out.push('', `On Redis, the Node process only: exchangepace's RedisStore ${Math.round(of('exchangepace-redis').instructionsPerRequest).toLocaleString('en-US')} instructions per request, @fastify/rate-limit's Redis store ${Math.round(of('ratelimit-redis').instructionsPerRequest).toLocaleString('en-US')}: ${x(of('exchangepace-redis').instructionsPerRequest / of('ratelimit-redis').instructionsPerRequest, 3)}.`)
+  const repeated = instructions.results.filter(r => r.servers?.length > 1)
+  if (repeated.length > 0) {
+    const spreads = repeated.map(r => {
+      const values = r.servers.map(c => c.instructionsPerRequest)
+      return { name: r.name, spread: Math.max(...values) / Math.min(...values) - 1 }
+    })
+    const widest = spreads.reduce((a, b) => b.spread > a.spread ? b : a)
+    out.push(`How far one count is from the next: the servers the target compares were each counted in ${repeated[0].servers.length} fresh processes, and the widest spread, ${f(100 * widest.spread, 1)}% (${widest.name}), ${widest.spread > target.limit - 1 ? 'is larger than the target\'s margin: one count per server cannot judge it, the median of several can' : 'is within the target\'s margin'}. Two processes of one build differ in what V8 compiled, inlined and collected, and when.`)
   }
+  const headers = of('headers')
+  if (headers) out.push(`For reference: the two headers written by the handler itself, with no hook, count ${x(headers.ratioToBare, 3)} of bare, and the empty hooks (a no-op preHandler and onResponse) ${x(of('empty')?.ratioToBare ?? NaN, 3)}.`)
+  return [out.join(' ')]
+}
+
+/** Redis's side: the table of script calls and what the difference is made of. */
+function redisScriptsReading (instructions) {
   const scripts = instructions.redisScripts
-  if (scripts) {
-    out.push('', `Redis's side: a redis-server of the bench's own (${instructions.redisServer.split(' ').slice(0, 3).join(' ')}, nothing kept on disk) under callgrind, each script called ${scripts[0].operations.toLocaleString('en-US')} times on one key with 16 calls in flight, through ioredis as each store calls it. The count includes Redis's event loop and its reading and writing of the socket in user space, which every script call pays: the empty script is that floor.`, '')
-    out.push(mdTable(['script calls', 'Redis instructions per operation', 'ratio to @fastify/rate-limit'], scripts.map(r => [
-      r.name, Math.round(r.instructionsPerOperation).toLocaleString('en-US'), x(r.ratioToRateLimit, 3)
-    ])))
-    const [empty, rateLimit, reserve] = scripts
-    out.push('', `Beyond the floor of a script call, exchangepace's reserve costs Redis ${Math.round(reserve.instructionsPerOperation - empty.instructionsPerOperation).toLocaleString('en-US')} instructions and @fastify/rate-limit's window ${Math.round(rateLimit.instructionsPerOperation - empty.instructionsPerOperation).toLocaleString('en-US')}. What the difference is made of (each piece counted under callgrind while the scripts were tuned, with redis-benchmark calling variants of the script that leave one piece out): the \`TIME\` call, about 9,700 instructions, which is the price of one clock for every replica; the expiry written with every reservation (\`PX\`), about 8,700, which is what keeps Redis holding only the keys that spent within the last second; and the script's work on the readings: its arithmetic, reading the row and packing it back (\`struct.unpack\` and \`struct.pack\`, about 4,000), and the reply, one binary string of four doubles (the units left, and the grant's run, number and time for its refund), where the fixed window answers a table of two numbers. A fixed window increments a counter in place and sets its expiry once per window. Tuning the scripts (straight-line code instead of local functions, numbers passed as formatted strings instead of Lua numbers, which Redis formats as 17-digit doubles) took the reserve from 61,222 to 55,433 instructions (both counted by this part's shortest form, \`--smoke\`, 100 calls). The exact refund rule then added about 10,000 back (65,284 in the same form): the key's row carries, beside its time, the run, the count of grants and the latest grant's time, which the reserve script matches out of the row and formats back in. Marking refunded grants in the row (a fifth field, which each reservation shifts) cost too little to tell from run-to-run differences (63,676 in the first full run with it, 65,040 in the last one without it; 64,688 in \`--smoke\`, against 63,758). Storing the row in binary (Lua's \`struct\` library: a format byte, four doubles and the marks) instead of as the text \`full:run:count:last:marks\` took the reserve from 63,871 to 58,019 instructions and the reserve-then-refund pair from 88,332 to 81,015 (this part's \`--quick\` form, 5,000 calls per line, on the build before the change and on the change, 2026-12-03). Shortening the reply from six elements to four (a refusal answers its wait alone, as text; a grant no longer repeats that it was granted) took about 1,300 more (57,397 to 56,054 in a scratch harness that counts the scripts the same way). Answering in binary (8 bytes for a refusal's wait, 32 for a grant), read through ioredis's \`Buffer\` form of the command, instead of a Lua table, which Redis converts element by element after looking for the fields of its special replies, took the reserve from 57,029 (the last full run with the table) to 52,123 (the first with the binary reply, 16:26). The row then took the rate it was written at (8 bytes more, so that replicas declaring different rates for one pace read each other's rows in their own microticks), 53,477 instructions against 52,123 before it (17:16 and 16:26). What remains is the bucket's contract.`)
-  }
-  out.push('')
-  return out.join('\n')
+  const [empty, rateLimit, reserve] = scripts
+  return [`Redis's side: a redis-server of the bench's own (${instructions.redisServer.split(' ').slice(0, 3).join(' ')}, nothing kept on disk) under callgrind, each script called ${scripts[0].operations.toLocaleString('en-US')} times on one key with 16 calls in flight, through ioredis as each store calls it. The count includes Redis's event loop and its reading and writing of the socket in user space, which every script call pays: the empty script is that floor.`, '',
+    mdTable(['script calls', 'Redis instructions per operation', 'ratio to @fastify/rate-limit'], scripts.map(r => [r.name, count(r.instructionsPerOperation), x(r.ratioToRateLimit, 3)])), '',
+    `Beyond the floor of a script call, exchangepace's reserve costs Redis ${count(reserve.instructionsPerOperation - empty.instructionsPerOperation)} instructions and @fastify/rate-limit's window ${count(rateLimit.instructionsPerOperation - empty.instructionsPerOperation)}. What the difference is made of (each piece counted while the scripts were tuned; the steps are in [benchmark-history.md](benchmark-history.md)): the \`TIME\` call, about 9,700 instructions, the price of one clock for every replica; the expiry written with every reservation (\`PX\`), about 8,700, which keeps Redis holding only the keys that spent within the last second; and the script's work on the row (its arithmetic, \`struct.unpack\` and \`struct.pack\`, about 4,000) and its binary reply. A fixed window increments a counter in place and sets its expiry once per window. What remains is the bucket's contract.`].join('\n')
 }
 
 function floodSection (flood) {
@@ -429,7 +514,7 @@ const SCHEDULE_NOTES = {
 }
 
 /** The fidelity chart: admitted per 100 ms, one panel per schedule. */
-export function fidelitySvg (fidelity) {
+function fidelitySvg (fidelity) {
   const width = 860
   const panelHeight = 230
   const margin = { left: 56, right: 20, top: 78, bottom: 54 }
@@ -501,7 +586,7 @@ export function writeReport ({ resultsDir, docsDir }) {
     '',
     'Five questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, whether an attacker can reset or exhaust it, and how many guesses at a client\'s secret it lets reach the check; and, for a pace shared through Redis, what that costs. Each part below answers one, with @fastify/rate-limit (and, for the bucket and the guessing, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
     '',
-    'Run it: `npm run bench` (all parts, about 32 minutes before the guessing part, whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
+    'Run it: `npm run bench` (all parts, about an hour before the guessing part (part 7 counts under callgrind for about 40 minutes), whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
     '',
     summarySection(results),
     machineSection(results),

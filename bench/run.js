@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // `npm run bench`: runs the benchmark parts, each in its own process, then regenerates the report.
 //
-//   npm run bench                         every part, full length (about 32 minutes, and 5 to 15 more
+//   npm run bench                         every part, full length (about an hour, and 5 to 15 more
 //                                         for the guessing part's simulated hour); raw JSON in
 //                                         bench/results/, report in docs/benchmarks.md and docs/fidelity.svg
 //   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is

@@ -102,8 +102,11 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
 
   t.test('http: every configuration answered with the status it was built for, in both ways of running', async t => {
     const http = read(out, 'http')
-    t.same(http.sequential.main.configs.map((c: Json) => c.kind), ['bare', 'empty', 'floor', 'exchangepace', 'ratelimit'])
-    t.same(http.paired.main.pairs.map((p: Json) => p.kind), ['empty', 'floor', 'exchangepace', 'ratelimit'], 'each paired with bare')
+    t.same(http.sequential.main.configs.map((c: Json) => c.kind), ['bare', 'empty', 'floor', 'exchangepace', 'exchangepace-hook', 'ratelimit'])
+    t.same(http.paired.main.pairs.map((p: Json) => p.kind), ['empty', 'floor', 'exchangepace', 'exchangepace-hook', 'ratelimit'], 'each paired with bare')
+    t.same(http.sequential.paths.configs.map((c: Json) => [c.kind, c.expectedStatus]), [
+      ['bare', 401], ['exchangepace', 401], ['exchangepace-hook', 401], ['bare', 200], ['exchangepace', 429], ['exchangepace-hook', 429], ['ratelimit', 429]
+    ], 'the refund and refusal paths, with and without the onEvent hook')
     const sequential = [...http.sequential.main.configs, ...http.sequential.paths.configs]
     const paired = [...http.paired.main.pairs, ...http.paired.paths.pairs]
     for (const c of [...sequential, ...paired]) {
@@ -115,6 +118,8 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
       t.ok(c.statuses[429] > (c.statuses[200] ?? 0), `${c.name}: mostly refused`)
     }
     t.ok(Number.isFinite(http.target.sequential.median) && Number.isFinite(http.target.paired.median), 'the target is reported both ways')
+    t.ok(Number.isFinite(http.target.rateLimit.sequential.median) && Number.isFinite(http.target.rateLimit.paired.median), '@fastify/rate-limit beside it')
+    t.type(http.target.met, 'boolean')
   })
 
   t.test('fidelity: exchangepace within rate x (1 + w), the fixed window about twice the rate at its edge', async t => {
@@ -207,12 +212,15 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
       t.equal(r.statuses[200], instructions.results[0].requests, `${r.name}: every counted request answered 200`)
       t.ok(r.instructionsPerRequest > 10_000, `${r.name}: instructions per request`)
       t.equal(r.majorGcs, 0, `${r.name}: no major GC in the window kept`)
+      t.same(r.servers.map((c: Json) => c.instructionsPerRequest), [r.instructionsPerRequest], `${r.name}: one server's count, kept`)
       t.ok(r.attempts >= 1 && r.attempts <= 3, `${r.name}: servers counted`)
       t.ok(r.attempts === 1
         ? r.alignedAfter === null && r.majorGcBeforeWindow === null
         : r.alignedAfter > 0 && typeof r.majorGcBeforeWindow === 'boolean', `${r.name}: only a retry waits for a major GC`)
     }
     t.equal(instructions.results[0].ratioToBare, 1)
+    t.same(instructions.paths, [], 'the shortest form counts no refund or refusal path')
+    t.equal(instructions.target, null, 'nor the floor and @fastify/rate-limit that the target needs')
   })
 
   t.test('the report and the chart are written next to the results', async t => {

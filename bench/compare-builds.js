@@ -1,0 +1,56 @@
+// Instructions per request of two builds of exchangepace, counted in the same run by part 7's
+// method (bench/callgrind.js): this checkout's and another's (a `git worktree` of an older commit,
+// `npm ci` and `npm run build` done in it). Both servers are this checkout's bench/apps.js and
+// bench/http-server.js; the other build's copy of them is written to `<DIR>/.bench-head/`, where
+// `exchangepace` resolves to that build's dist/ and its own node_modules.
+//
+// The floor server (a no-op preHandler and the two quota headers in onSend) is counted beside
+// them, and the three are counted in turn, the order alternating, `--rounds` times (default 2).
+//
+// Run: node bench/compare-builds.js DIR [--rounds N] [--requests N]. It prints a table; it writes
+// nothing but the copy in DIR.
+
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { parseArgs } from 'node:util'
+import { tokenBody } from './apps.js'
+import { countServer, valgrindVersion } from './callgrind.js'
+import { BENCH_DIR, fmt, log, median, table } from './common.js'
+
+const { values, positionals } = parseArgs({ allowPositionals: true, options: { rounds: { type: 'string', default: '2' }, requests: { type: 'string', default: '10000' } } })
+if (positionals.length !== 1 || valgrindVersion() === null) {
+  log('usage: node bench/compare-builds.js DIR [--rounds N] [--requests N] (needs valgrind)')
+  process.exit(1)
+}
+const other = resolve(positionals[0])
+const copy = join(other, '.bench-head')
+mkdirSync(copy, { recursive: true })
+for (const file of ['apps.js', 'http-server.js']) copyFileSync(join(BENCH_DIR, file), join(copy, file))
+
+const token = { url: '/token', body: tokenBody() }
+const CONFIGS = [
+  { ...token, kind: 'floor', name: 'floor (this checkout)', server: join(BENCH_DIR, 'http-server.js') },
+  { ...token, kind: 'exchangepace', name: `exchangepace, ${other}`, server: join(copy, 'http-server.js') },
+  { ...token, kind: 'exchangepace', name: 'exchangepace, this checkout', server: join(BENCH_DIR, 'http-server.js') }
+]
+const run = { warmup: 5000, requests: Number(values.requests) }
+const counts = CONFIGS.map(() => [])
+const dir = mkdtempSync(join(tmpdir(), 'exchangepace-builds-'))
+try {
+  for (let round = 0; round < Number(values.rounds); round++) {
+    const order = round % 2 === 0 ? [0, 1, 2] : [2, 1, 0]
+    for (const i of order) {
+      const result = await countServer(CONFIGS[i], { ...run, dir, server: CONFIGS[i].server })
+      counts[i].push(result.instructionsPerRequest)
+      log(`  round ${round + 1}: ${CONFIGS[i].name}: ${fmt(result.instructionsPerRequest, 0)} (major GCs in the window: ${result.majorGcs})`)
+    }
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true })
+}
+const floor = median(counts[0])
+log(`\ninstructions per request, ${run.requests} counted per server, median of ${values.rounds} servers each`)
+log(table(['build', 'instructions/req', 'each server', 'ratio to the floor'], CONFIGS.map((c, i) => [
+  c.name, fmt(median(counts[i]), 0), counts[i].map(n => fmt(n, 0)).join(', '), `${fmt(median(counts[i]) / floor, 3)}x`
+])))
