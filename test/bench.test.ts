@@ -204,10 +204,10 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.same(Object.keys(flapping.statuses).filter(code => code !== '200' && code !== '429'), [], 'every answer a 200 or a 429: no request failed because Redis stalled')
   })
 
-  t.test('instructions: counted under callgrind for bare and exchangepace', async t => {
+  t.test('instructions: a server counted under callgrind, and Redis\'s script calls', async t => {
     const instructions = read(out, 'instructions')
     if (!ran(t, 'the instructions part', instructions.skipped)) return
-    t.same(instructions.results.map((r: Json) => r.kind), ['bare', 'exchangepace'])
+    t.same(instructions.results.map((r: Json) => r.kind), ['bare'], 'the shortest form counts one server')
     for (const r of instructions.results) {
       t.equal(r.statuses[200], instructions.results[0].requests, `${r.name}: every counted request answered 200`)
       t.ok(r.instructionsPerRequest > 10_000, `${r.name}: instructions per request`)
@@ -221,6 +221,10 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.equal(instructions.results[0].ratioToBare, 1)
     t.same(instructions.paths, [], 'the shortest form counts no refund or refusal path')
     t.equal(instructions.target, null, 'nor the floor and @fastify/rate-limit that the target needs')
+    if (ran(t, 'Redis\'s side of the instructions part', instructions.redisServer === null ? 'redis-server is not installed' : undefined)) {
+      t.same(instructions.redisScripts.map((r: Json) => r.operations), [100, 100, 100, 100], 'the empty script, the fixed window, reserve, reserve + refund')
+      for (const r of instructions.redisScripts) t.ok(r.instructionsPerOperation > 1000, `${r.name}: instructions per operation`)
+    }
   })
 
   t.test('the report and the chart are written next to the results', async t => {

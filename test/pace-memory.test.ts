@@ -129,6 +129,26 @@ function spentWithin (spends: Array<{ key: string, at: number }>, end: number, m
   return keys.size
 }
 
+/**
+ * The most distinct keys that spent within any `ms`-long span ending from `from` to the last spend:
+ * the count changes only at `from` and where a key spends. `spends` is in time order; one pass.
+ */
+function mostWithin (spends: Array<{ key: string, at: number }>, from: number, ms: number): number {
+  const ends = [from, ...spends.filter(spend => spend.at > from).map(spend => spend.at)]
+  const counts = new Map<string, number>()
+  let [first, next, most] = [0, 0, 0]
+  for (const end of ends) {
+    for (; next < spends.length && spends[next].at <= end; next++) counts.set(spends[next].key, (counts.get(spends[next].key) ?? 0) + 1)
+    for (; first < next && spends[first].at <= end - ms; first++) {
+      const left = counts.get(spends[first].key)! - 1
+      if (left === 0) counts.delete(spends[first].key)
+      else counts.set(spends[first].key, left)
+    }
+    most = Math.max(most, counts.size)
+  }
+  return most
+}
+
 function checkMemoryBound (operations: MemoryOperation[]): void {
   const HORIZON = 1000
   const clock = { ms: 0 }
@@ -141,10 +161,8 @@ function checkMemoryBound (operations: MemoryOperation[]): void {
     if (pace.size < live) throw new Error(`t = ${now}: ${pace.size} rows for ${live} keys that spent within the horizon`)
     const recent = spentWithin(spends, now, 2 * HORIZON)
     if (pace.size > recent) throw new Error(`t = ${now}: ${pace.size} rows, more than the ${recent} keys that spent within two horizons`)
-    // The most keys that spent within one horizon at any moment of the last: it changes only when
-    // a key spends, and at the start of the span.
-    let most = spentWithin(spends, now - HORIZON + 1, HORIZON)
-    for (const spend of spends) if (spend.at > now - HORIZON) most = Math.max(most, spentWithin(spends, spend.at, HORIZON))
+    // The most keys that spent within one horizon at any moment of the last.
+    const most = mostWithin(spends, now - HORIZON + 1, HORIZON)
     if (pace.size > Math.max(SlotTable.MIN_SLOTS, 2 * most)) {
       throw new Error(`t = ${now}: ${pace.size} rows, more than twice the ${most} keys that spent within a horizon`)
     }
