@@ -240,16 +240,16 @@ function loopRlfRewards (limiter, keys, order, bits, ops, state) {
 
 /**
  * Runs `contenders` ({ name, run(ops, state) }) in `rounds` interleaved rounds, in an order
- * shuffled anew for each round (seeded). Rotating the order left each contender behind the same
- * one in nearly every round, finding the keys that one had just walked in the caches: two identical
- * paces read 1.07x apart at 1M keys round-robin. In each round every contender makes the same number of calls from the same place in the
- * key order, so that each round compares the contenders on the same keys: at 1M keys a call's cost
- * depends on where in the order it falls (how the key's string and Map entry lie in memory: calls
- * on the keys seen first cost up to four times those on the last), and contenders walking the
- * order at their own speeds would be compared on different keys in every round. The count is the
- * median over the contenders of the calls that fill `settings.roundMs` (each set from unmeasured
- * warm-up calls), so a typical round lasts about that long and the slowest contender's rounds
- * longer. Returns ns/op per contender per round, and the calls per round.
+ * shuffled anew for each round (seeded), so that no contender always follows the one that just
+ * walked the same keys into the caches (a rotated order had two identical paces 1.07x apart at 1M
+ * keys round-robin). In each round every contender makes the same number of calls from the same
+ * place in the key order, so that each round compares the contenders on the same keys: at 1M keys a
+ * call's cost depends on where in the order it falls (how the key's string and Map entry lie in
+ * memory: calls on the keys seen first cost up to four times those on the last), and contenders
+ * walking the order at their own speeds would be compared on different keys in every round. The
+ * count is the median over the contenders of the calls that fill `settings.roundMs` (each set from
+ * unmeasured warm-up calls), so a typical round lasts about that long and the slowest contender's
+ * rounds longer. Returns ns/op per contender per round, and the calls per round.
  */
 async function interleave (label, contenders, rounds) {
   const states = contenders.map(() => ({ at: 0, count: 0, refused: 0 }))
