@@ -85,7 +85,7 @@ function fixedQuotaHeaders (url, rate) {
   }
 }
 
-/** The 429 response exchangepace adds to a paced route's schema (lib/route-description.ts). */
+/** The 429 response exchangepace adds to a paced route's schema (lib/http/route-description.ts). */
 const RESPONSE_429 = {
   429: {
     description: 'Too many requests: the pace is spent (per replica). Retry after the Retry-After header, in seconds.',

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Pace } from './pace.js'
+import type { Pace } from './bucket/pace.js'
 
 /** What a reservation from any store offers: the decision, and the way to give the unit back. */
 export interface PaceReservation {

@@ -5,7 +5,9 @@
 // not bring bench/ into the check).
 import { readdirSync } from 'node:fs'
 
-const PACKAGE = ['lib', 'examples'].flatMap(dir => readdirSync(dir).map(file => `${dir}/${file}`))
+const PACKAGE = ['lib', 'examples'].flatMap(dir => readdirSync(dir, { recursive: true, withFileTypes: true })
+  .filter(entry => entry.isFile())
+  .map(entry => `${entry.parentPath}/${entry.name}`))
 
 export default function coverageMap (testFile) {
   return testFile.endsWith('bench.test.ts') ? null : PACKAGE

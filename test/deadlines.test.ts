@@ -1,5 +1,5 @@
 import t from 'tap'
-import { Deadlines, Waiting } from '../lib/deadlines.js'
+import { Deadlines, Waiting } from '../lib/redis/deadlines.js'
 import { intercept } from './helpers/intercept.js'
 
 // The deadlines read a clock the test moves; only their one timer is real. A check that the timer

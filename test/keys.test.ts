@@ -6,7 +6,7 @@ import {
   checkKey,
   declaredClientId,
   sourceKey
-} from '../lib/keys.js'
+} from '../lib/keys/parse.js'
 
 /** An HTTP Basic Authorization header whose decoded credentials are `credentials` as written. */
 function basic (credentials: string, scheme = 'Basic'): string {

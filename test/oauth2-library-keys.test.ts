@@ -1,10 +1,10 @@
 import t from 'tap'
 import OAuth2Server from '@node-oauth/oauth2-server'
-import { declaredClientId } from '../lib/keys.js'
+import { declaredClientId } from '../lib/keys/parse.js'
 
 /**
  * Which client a token request names, as @node-oauth/oauth2-server 5 reads it and as exchangepace
- * does (lib/keys.ts), input by input. Where they differ, either exchangepace refuses the request
+ * does (lib/keys/parse.ts), input by input. Where they differ, either exchangepace refuses the request
  * before the library sees it, or the library names no client (it gives up before asking its
  * model, the exchange is rejected and the unit refunded), or examples/oauth2-server.js bridges the
  * gap: the library does not form-decode Basic credentials (RFC 6749 section 2.3.1 asks for it;

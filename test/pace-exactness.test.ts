@@ -1,6 +1,6 @@
 import t from 'tap'
 import fc from 'fast-check'
-import { Pace, type Reservation } from '../lib/pace.js'
+import { Pace, type Reservation } from '../lib/bucket/pace.js'
 
 /**
  * Pace against a reference bucket in exact arithmetic. The rate is p/q with small integers and the

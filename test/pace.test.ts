@@ -1,6 +1,6 @@
 import t from 'tap'
 import { randomBytes } from 'node:crypto'
-import { Pace, type PaceOptions } from '../lib/pace.js'
+import { Pace, type PaceOptions } from '../lib/bucket/pace.js'
 
 /**
  * The bucket, one behaviour per test. Time is a grid of integer milliseconds (t0 = 0, t1, ...) read

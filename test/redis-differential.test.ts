@@ -1,8 +1,8 @@
 import t from 'tap'
 import fc from 'fast-check'
 import type { Redis } from 'ioredis'
-import { Pace } from '../lib/pace.js'
-import { SCRIPTS } from '../lib/redis-scripts.js'
+import { Pace } from '../lib/bucket/pace.js'
+import { SCRIPTS } from '../lib/redis/scripts.js'
 import { onTestClock, redisOrSkip, uniquePrefix } from './helpers/redis.js'
 
 // The Lua scripts against the in-process Pace over long random histories: the same decisions, the

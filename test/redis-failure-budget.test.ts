@@ -2,7 +2,7 @@ import t from 'tap'
 import fc from 'fast-check'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { RedisStore, type PaceRouteOptions } from '../lib/index.js'
-import { keyName } from '../lib/redis-scripts.js'
+import { keyName } from '../lib/redis/scripts.js'
 import { ClockedClient, redisOrSkip, uniquePrefix } from './helpers/redis.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis'
-import { SCRIPTS } from '../../lib/redis-scripts.js'
+import { SCRIPTS } from '../../lib/redis/scripts.js'
 import { onTestClock } from './redis.js'
 
 /**

@@ -1,9 +1,9 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
-import { checkKey, declaredClientId, sourceKey } from './keys.js'
+import { checkKey, declaredClientId, sourceKey } from '../keys/parse.js'
 import type { PaceRule } from './route-config.js'
 
 /**
- * Reading a pace's key from a Fastify request: the request's parts handed to keys.ts, which knows
+ * Reading a pace's key from a Fastify request: the request's parts handed to keys/parse.ts, which knows
  * nothing of Fastify. A reader returns the key, or undefined when the request declares none (the
  * pace then takes nothing from it); a malformed declaration throws `InvalidRequest` (a 400), a key
  * function that returns something other than a string throws a TypeError (a 500: the server's

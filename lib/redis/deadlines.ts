@@ -1,4 +1,4 @@
-import { defaultClock, type Clock } from './pace.js'
+import { defaultClock, type Clock } from '../bucket/pace.js'
 
 /**
  * A call waiting for an answer. It ends once: answered (`Deadlines.answer` claims it) or expired

@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { PaceRefusal } from './options.js'
 import { writeQuota, type QuotaHolding, type QuotaItems } from './quota-headers.js'
 import type { PaceRule } from './route-config.js'
-import type { PaceReservation } from './store.js'
+import type { PaceReservation } from '../store.js'
 
 /**
  * The answers the plugin gives itself, before the handler runs: a 429 when a pace is spent, a 400

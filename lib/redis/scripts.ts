@@ -1,9 +1,9 @@
 /**
  * The Lua scripts a RedisStore runs and the row they keep under each key: what a row holds, how
  * time is counted, and how a reserve and a refund change it. Nothing here decides what happens
- * when Redis does not answer: that is the store's (redis-store.ts).
+ * when Redis does not answer: that is the store's (store.ts).
  */
-import type { PaceBucket } from './store.js'
+import type { PaceBucket } from '../store.js'
 
 /**
  * A row's layout for Lua's struct library, little-endian: the format byte, then full, run, count

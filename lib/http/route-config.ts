@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify'
-import type { PaceRate } from './pace.js'
+import type { PaceRate } from '../bucket/pace.js'
 import type { PaceSpend } from './ticket.js'
 
 /**

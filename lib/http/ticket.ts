@@ -1,4 +1,4 @@
-import type { PaceReservation } from './store.js'
+import type { PaceReservation } from '../store.js'
 
 /** How a reservation is spent: see `PaceRouteOptions.spend`. */
 export type PaceSpend = 'accepted' | 'rejected' | 'every'

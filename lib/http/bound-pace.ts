@@ -1,11 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { keyName, type Observed } from './observer.js'
-import type { Pace } from './pace.js'
+import type { Pace } from '../bucket/pace.js'
 import { QuotaItems } from './quota-headers.js'
-import type { PaceRegistry } from './registry.js'
+import type { PaceRegistry } from '../operator/registry.js'
 import type { KeyReader, KeyReaders } from './request-keys.js'
 import type { PaceRule } from './route-config.js'
-import type { PaceStore, SharedPace } from './store.js'
+import type { PaceStore, SharedPace } from '../store.js'
 
 /** A route's pace bound to its table, with its key reader, header items and counts. */
 export interface BoundPace extends Observed {

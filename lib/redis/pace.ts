@@ -1,14 +1,14 @@
 /**
  * One pace of a RedisStore as a request meets it: the reservation sent to Redis, its deadline, the
  * fallback pace beside it, and the refund of what Redis granted. When the store counts Redis as
- * unavailable is the store's (redis-store.ts); what the scripts do is redis-scripts.ts's.
+ * unavailable is the store's (store.ts); what the scripts do is scripts.ts's.
  */
 import type { FastifyBaseLogger } from 'fastify'
 import { Waiting, type Deadlines } from './deadlines.js'
-import type { Pace, Reservation } from './pace.js'
-import { GRANT_BYTES, REFUSAL_BYTES, type PaceCommands } from './redis-scripts.js'
-import type { RedisStore } from './redis-store.js'
-import type { PaceReservation, SharedPace } from './store.js'
+import type { Pace, Reservation } from '../bucket/pace.js'
+import { GRANT_BYTES, REFUSAL_BYTES, type PaceCommands } from './scripts.js'
+import type { RedisStore } from './store.js'
+import type { PaceReservation, SharedPace } from '../store.js'
 
 /** The grant every request gets with `whenUnavailable: 'open'` while Redis is unavailable: nothing taken, nothing to give back. */
 const OPEN: PaceReservation = Object.freeze({ granted: true, remaining: 0, retryAfterMs: 0, refund () {} })

@@ -1,6 +1,6 @@
 import type { RouteOptions } from 'fastify'
 import type { PaceRule } from './route-config.js'
-import type { PaceStore } from './store.js'
+import type { PaceStore } from '../store.js'
 
 /**
  * What a paced route publishes about its paces: a sentence in its description, an

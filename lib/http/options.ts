@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { PaceEvent } from './observer.js'
-import type { Clock } from './pace.js'
-import type { PaceStore } from './store.js'
+import type { Clock } from '../bucket/pace.js'
+import type { PaceStore } from '../store.js'
 
 export interface ExchangePaceOptions {
   /** Monotonic clock in milliseconds handed to every pace. Default: `performance.now`. */

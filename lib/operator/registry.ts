@@ -1,6 +1,6 @@
-import { PaceCounts } from './observer.js'
-import { Pace, type Clock } from './pace.js'
-import type { PaceRule } from './route-config.js'
+import { PaceCounts } from '../http/observer.js'
+import { Pace, type Clock } from '../bucket/pace.js'
+import type { PaceRule } from '../http/route-config.js'
 
 /** A pace of the registry: its table, the kind of key it holds, and the counts of its decisions. */
 export interface Declared {

@@ -1,11 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { Deadlines } from './deadlines.js'
-import type { Pace } from './pace.js'
-import { RedisPace } from './redis-pace.js'
-import { defineCommands, keyName, scriptWindow, type PaceCommands, type RedisClientLike } from './redis-scripts.js'
-import type { PaceBucket, PaceStore, SharedPace } from './store.js'
+import type { Pace } from '../bucket/pace.js'
+import { RedisPace } from './pace.js'
+import { defineCommands, keyName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
+import type { PaceBucket, PaceStore, SharedPace } from '../store.js'
 
-export type { RedisClientLike } from './redis-scripts.js'
+export type { RedisClientLike } from './scripts.js'
 
 const MAX_TIMER_MS = 2 ** 31 - 1
 

@@ -1,11 +1,11 @@
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import type { BoundPace } from './bound-pace.js'
-import { InvalidRequest } from './keys.js'
+import { InvalidRequest } from '../keys/parse.js'
 import type { Observer } from './observer.js'
 import type { PaceRefusal } from './options.js'
 import { writeQuota, type QuotaItems } from './quota-headers.js'
 import { refuse, sendInvalidRequest } from './refusals.js'
-import type { PaceReservation } from './store.js'
+import type { PaceReservation } from '../store.js'
 import { PaceTicket, type HeldReservation } from './ticket.js'
 
 /**
