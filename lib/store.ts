@@ -26,6 +26,21 @@ export interface SharedPace {
 }
 
 /**
+ * A key's row in a shared store as an operator reads it (`PaceStore.inspect`): it needs no rate,
+ * because a row carries the one it was written at.
+ */
+export interface StoredBucket {
+  /** Milliseconds until the bucket is full again (0: full, which is no row). */
+  readonly spentMs: number
+  /** Milliseconds left of a block (0: none), and its end. */
+  readonly blockedMs: number
+  readonly blockedUntil: Date | null
+  /** The limit and the window in ms the row was written at; null without a row (a full bucket, or a block). */
+  readonly limit: number | null
+  readonly windowMs: number | null
+}
+
+/**
  * A store that holds paces for every replica at once, so that the declared rate holds in total.
  * Without one, each pace lives in the replica's memory and the rate holds per replica.
  */
@@ -43,4 +58,14 @@ export interface PaceStore {
    * unavailable; `log` is Fastify's logger. Throws a TypeError when the store cannot keep it.
    */
   pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace
+  /**
+   * The operator's actions on the key `key` of the pace `name`, for every replica at once
+   * (`fastify.pace.inspect`, `reset` and `block`). A store without them refuses those actions with
+   * a TypeError. Each rejects when the store does not answer: an operator must know.
+   */
+  inspect? (name: string, key: string): Promise<StoredBucket>
+  /** Makes the bucket full again, and lifts a block. */
+  reset? (name: string, key: string): Promise<void>
+  /** Grants the key nothing for `ms` milliseconds; the bucket is full when the block ends. Resolves to its end. */
+  block? (name: string, key: string, ms: number): Promise<Date>
 }

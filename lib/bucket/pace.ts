@@ -1,3 +1,4 @@
+import { bucketState, type BucketState } from './state.js'
 import { SlotTable } from './slot-table.js'
 
 /** A monotonic clock in milliseconds. Wall-clock time (Date.now) must not be used: a jump would refill or drain buckets. */
@@ -183,7 +184,7 @@ export class Pace {
     const running = stored > now
     const after = (running ? stored : now) + unit
     const shortfall = after - now - this.#capacity
-    if (shortfall > SLACK) return refusal(key, now, shortfall / limit)
+    if (shortfall > SLACK) return shortfall === Infinity ? this.#refuseBlocked(key, slot, now) : refusal(key, now, shortfall / limit)
     // A grant goes on with the row's run, restarts a row whose time had come, or inserts one. One
     // construction serves the three, which keeps this method small enough for V8 to inline it
     // whole, the Reservation included, into the plugin's hook.
@@ -199,6 +200,61 @@ export class Pace {
   #insert (key: string, after: number, now: number): number {
     if (this.#table.size >= this.#sweepAtSize) this.#sweep(now)
     return this.#table.insert(key, after, now)
+  }
+
+  /**
+   * A blocked row (see `block`) reads Infinity, so `reserve` finds no unit in it and comes here.
+   * While the block lasts the answer is a refusal until its end; once it has ended the key's
+   * bucket is full, and a full bucket has no row: the row goes, and the reservation is decided
+   * afresh.
+   */
+  #refuseBlocked (key: string, slot: number, now: number): Reservation {
+    const until = this.#table.last(slot)
+    if (until > now) return refusal(key, now, (until - now) / this.limit)
+    this.#table.remove(key, slot)
+    return this.reserve(key)
+  }
+
+  /**
+   * What `key`'s bucket holds now, for an operator: whole units left, the wait until the next
+   * unit, the time until the bucket is full again, and the time left of a block (0 when none).
+   * Looking changes nothing and creates no row.
+   */
+  inspect (key: string): BucketState {
+    const now = this.#now() * this.limit
+    const slot = this.#table.slot(key)
+    const stored = slot === -1 ? now : this.#table.read(slot)
+    if (stored === Infinity) {
+      const blockedMs = Math.max(0, (this.#table.last(slot) - now) / this.limit)
+      if (blockedMs > 0) return { remaining: 0, retryAfterMs: blockedMs, fullInMs: blockedMs, blockedMs }
+      return bucketState(0, this.limit, this.window * 1000)
+    }
+    return bucketState(Math.max(0, stored - now) / this.limit, this.limit, this.window * 1000)
+  }
+
+  /**
+   * Makes `key`'s bucket full again: its row goes, with any block. The reservations it granted
+   * before give nothing back (their run has ended). Says whether there was a row.
+   */
+  reset (key: string): boolean {
+    const slot = this.#table.slot(key)
+    if (slot === -1) return false
+    this.#table.remove(key, slot)
+    return true
+  }
+
+  /**
+   * Grants `key` nothing for `ms` milliseconds; when the block ends its bucket is full, as after
+   * a reset. The row reads Infinity (no unit, whatever the time) and holds the block's end as its
+   * latest grant, so that the sweep keeps it until a horizon after that end, when it reads full.
+   * It starts a new run: the reservations granted before give nothing back. `reset` lifts it.
+   */
+  block (key: string, ms: number): void {
+    const now = this.#now() * this.limit
+    const until = now + ms * this.limit
+    const slot = this.#table.slot(key)
+    if (slot === -1) this.#insert(key, Infinity, until)
+    else this.#table.restart(slot, Infinity, until)
   }
 
   /**

@@ -16,9 +16,11 @@ export interface PaceEvent {
   /**
    * `'refused'`: the pace refused the request (429). `'refunded'`: a unit the request held went
    * back to the pace (its outcome asked for it, or another pace refused the request). `'invalid'`:
-   * the request's key for this pace was malformed (400 invalid_request).
+   * the request's key for this pace was malformed (400 invalid_request). `'reset'` and
+   * `'blocked'`: an operator reset or blocked the key (`fastify.pace.reset`, `block`), with no
+   * request.
    */
-  readonly type: 'refused' | 'refunded' | 'invalid'
+  readonly type: 'refused' | 'refunded' | 'invalid' | 'reset' | 'blocked'
   /** The pace's name (its table in `fastify.pace`). */
   readonly name: string
   readonly keyKind: PaceKeyName
@@ -29,9 +31,15 @@ export interface PaceEvent {
    * back because the request was refused or malformed. Null otherwise.
    */
   readonly outcome: PaceOutcome | null
-  /** For `'refused'`: the exact wait until one unit is back, in milliseconds. 0 otherwise. */
+  /** For `'refused'`: the exact wait until one unit is back; for `'blocked'`, the block's length; in milliseconds. 0 otherwise. */
   readonly retryAfterMs: number
 }
+
+/**
+ * The `onEvent` hook: each decision, with the request it was made for, or null for an operator's
+ * action (`'reset'`, `'blocked'`).
+ */
+export type PaceEventHook = (event: PaceEvent, request: FastifyRequest | null) => void
 
 /** Counts of one pace's decisions since the plugin registered. */
 export class PaceCounts {
@@ -63,12 +71,12 @@ export function keyName (kind: PaceKeyKind): PaceKeyName {
  * request log has it. A hook that throws is logged once per pace, at error, and ignored.
  */
 export class Observer {
-  readonly #onEvent: ((event: PaceEvent, request: FastifyRequest) => void) | undefined
+  readonly #onEvent: PaceEventHook | undefined
   readonly #logClientIds: boolean
   readonly #log: FastifyBaseLogger
   readonly #failedHooks = new Set<string>()
 
-  constructor (onEvent: ((event: PaceEvent, request: FastifyRequest) => void) | undefined, logClientIds: boolean, log: FastifyBaseLogger) {
+  constructor (onEvent: PaceEventHook | undefined, logClientIds: boolean, log: FastifyBaseLogger) {
     this.#onEvent = onEvent
     this.#logClientIds = logClientIds
     this.#log = log
@@ -94,6 +102,12 @@ export class Observer {
     this.#emit(request, pace, 'invalid', undefined, null, 0)
   }
 
+  /** An operator reset or blocked `key` (for `ms`), through `fastify.pace`: logged at info, and told to `onEvent` without a request. */
+  operated (pace: Observed, key: string, action: 'reset' | 'blocked', ms: number): void {
+    this.#log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), action, blockedMs: action === 'blocked' ? ms : undefined }, `exchangepace: operator ${action === 'reset' ? 'reset' : 'blocked'} a key`)
+    this.#emit(null, pace, action, key, null, ms)
+  }
+
   /**
    * The key as a log line may show it: a source always, a client id only when the operator opted
    * in; undefined, which the logger leaves out, otherwise.
@@ -104,7 +118,7 @@ export class Observer {
     return pace.keyKind === 'client+source' ? key.replace('\u001f', ' @ ') : key
   }
 
-  #emit (request: FastifyRequest, pace: Observed, type: PaceEvent['type'], key: string | undefined, outcome: PaceOutcome | null, retryAfterMs: number): void {
+  #emit (request: FastifyRequest | null, pace: Observed, type: PaceEvent['type'], key: string | undefined, outcome: PaceOutcome | null, retryAfterMs: number): void {
     const onEvent = this.#onEvent
     if (onEvent === undefined) return
     try {

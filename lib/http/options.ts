@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify'
-import type { PaceEvent } from './observer.js'
+import type { PaceEventHook } from './observer.js'
 import type { Clock } from '../bucket/pace.js'
 import type { PaceStore } from '../store.js'
 
@@ -19,10 +19,11 @@ export interface ExchangePaceOptions {
   store?: PaceStore | undefined
   /**
    * Called with each decision a pace makes that an operator may want to count or alert on: a
-   * refusal (429), a refund, a malformed key (400). Runs synchronously on the request's path; an
-   * error it throws is logged once per pace and ignored. Default: none.
+   * refusal (429), a refund, a malformed key (400), and an operator's reset or block (with null
+   * for the request). Runs synchronously on the request's path; an error it throws is logged once
+   * per pace and ignored. Default: none.
    */
-  onEvent?: ((event: PaceEvent, request: FastifyRequest) => void) | undefined
+  onEvent?: PaceEventHook | undefined
   /**
    * Log the keys of client paces (declared client ids, pairs, custom keys) with the plugin's log
    * lines. Client ids can be personal data, so by default only source addresses are logged, as
@@ -53,7 +54,7 @@ export interface CheckedOptions {
   readonly maxKeyLength: number
   readonly errorResponseBuilder: (request: FastifyRequest, refusal: PaceRefusal) => object
   readonly store: PaceStore | undefined
-  readonly onEvent: ((event: PaceEvent, request: FastifyRequest) => void) | undefined
+  readonly onEvent: PaceEventHook | undefined
   readonly logClientIds: boolean
 }
 

@@ -16,7 +16,7 @@ export type { ExchangePaceOptions, PaceRefusal } from './options.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The paces of this replica by name (exchangepace). */
+    /** The paces by name, and the operator's actions on them (exchangepace). */
     pace: PaceRegistry
   }
   interface FastifyRequest {
@@ -44,9 +44,11 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   } catch (err) {
     return done(err as Error)
   }
-  const registry = new PaceRegistry(checked.now)
-  const binding: Binding = { registry, readers: new KeyReaders(checked.ipv6Subnet, checked.maxKeyLength, fastify.log), store: checked.store, log: fastify.log }
-  const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer: new Observer(checked.onEvent, checked.logClientIds, fastify.log) }
+  const { now, store, ipv6Subnet, maxKeyLength } = checked
+  const observer = new Observer(checked.onEvent, checked.logClientIds, fastify.log)
+  const registry = new PaceRegistry({ now, store, ipv6Subnet, maxKeyLength, log: fastify.log, observer })
+  const binding: Binding = { registry, readers: new KeyReaders(ipv6Subnet, maxKeyLength, fastify.log) }
+  const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer }
   let pacedBySource = false
   fastify.decorate('pace', registry)
   fastify.decorateRequest('pace', null)

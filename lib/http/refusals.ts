@@ -17,7 +17,7 @@ import type { PaceReservation } from '../store.js'
  * (at least 1), the public quotas the request holds from earlier hooks and the refusing pace's own
  * at zero, and the body `build` makes, as built.
  */
-export function refuse (request: FastifyRequest, reply: FastifyReply, rule: PaceRule, quota: QuotaItems, reservation: PaceReservation,
+export function refuse (request: FastifyRequest, reply: FastifyReply, rule: Pick<PaceRule, 'name' | 'perSecond' | 'limit' | 'window'>, quota: QuotaItems, reservation: PaceReservation,
   held: readonly QuotaHolding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object): void {
   const retryAfter = Math.max(1, Math.ceil(reservation.retryAfterMs / 1000))
   const refusal: PaceRefusal = { statusCode: 429, name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, retryAfterMs: reservation.retryAfterMs, retryAfter }

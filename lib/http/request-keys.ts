@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
-import { checkKey, declaredClientId, sourceKey } from '../keys/parse.js'
+import { checkKey, declaredClientId, pairKey, sourceKey } from '../keys/parse.js'
 import type { PaceRule } from './route-config.js'
 
 /**
@@ -24,14 +24,10 @@ export class KeyReaders {
   readonly source: KeyReader
   readonly #maxKeyLength: number
 
-  /**
-   * The key of `['client', 'source']`: the declared client id, then the source, apart by U+001F
-   * (INFORMATION SEPARATOR ONE), a control character that neither may contain, so that no two
-   * pairs share a key. Undefined when the request declares no client id.
-   */
+  /** The key of `['client', 'source']` (see `pairKey`); undefined when the request declares no client id. */
   readonly #pair: KeyReader = request => {
     const client = this.client(request)
-    return client === undefined ? undefined : `${client}\u001f${this.source(request) as string}`
+    return client === undefined ? undefined : pairKey(client, this.source(request) as string)
   }
 
   constructor (ipv6Subnet: number, maxKeyLength: number, log: FastifyBaseLogger) {

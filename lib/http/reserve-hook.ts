@@ -5,7 +5,8 @@ import type { Observer } from './observer.js'
 import type { PaceRefusal } from './options.js'
 import { writeQuota, type QuotaItems } from './quota-headers.js'
 import { refuse, sendInvalidRequest } from './refusals.js'
-import type { PaceReservation } from '../store.js'
+import type { Lane } from '../operator/named-pace.js'
+import type { PaceReservation, SharedPace } from '../store.js'
 import { PaceTicket, type HeldReservation } from './ticket.js'
 
 /**
@@ -53,8 +54,10 @@ function reserveFrom (step: ReserveStep, start: number, ticket: PaceTicket<Holdi
   for (let i = start; i < paces.length; i++) {
     const bound = paces[i]
     let key: string | undefined
+    let lane = bound.lane
     try {
       key = bound.readKey(request)
+      if (bound.rated && key !== undefined) lane = bound.named.laneOf(key)
     } catch (err) {
       giveBack(step, ticket, first)
       if (!(err instanceof InvalidRequest)) return next(err as Error)
@@ -62,8 +65,8 @@ function reserveFrom (step: ReserveStep, start: number, ticket: PaceTicket<Holdi
       return sendInvalidRequest(reply, err.message)
     }
     if (key === undefined) continue
-    if (bound.shared !== null) return reserveShared(step, i, ticket, first, bound, key, request, reply, next)
-    if (!hold(step, ticket, first, bound, key, bound.pace.reserve(key), request, reply)) return
+    if (lane.shared !== null) return reserveShared(step, i, ticket, first, bound, lane, key, request, reply, next)
+    if (!hold(step, ticket, first, bound, lane, key, lane.pace.reserve(key), request, reply)) return
   }
   if (step.commits) {
     writeQuota(reply, ticket.held, null, null)
@@ -73,11 +76,11 @@ function reserveFrom (step: ReserveStep, start: number, ticket: PaceTicket<Holdi
 }
 
 /** Reserves from the shared store's pace of `step.paces[i]`, then goes on with the next pace. */
-function reserveShared (step: ReserveStep, i: number, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, key: string,
+function reserveShared (step: ReserveStep, i: number, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, lane: Lane, key: string,
   request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
   let answer: Promise<PaceReservation>
   try {
-    answer = (bound.shared as NonNullable<BoundPace['shared']>).reserve(key)
+    answer = (lane.shared as SharedPace).reserve(key)
   } catch (err) {
     // A store of one's own that throws instead of rejecting is taken as rejecting.
     answer = Promise.reject(err)
@@ -89,13 +92,13 @@ function reserveShared (step: ReserveStep, i: number, ticket: PaceTicket<Holding
     if (ticket.settled) {
       if (!reservation.granted) return
       bound.counts.granted++
-      ticket._holdLate(holding(bound, key, reservation))
+      ticket._holdLate(holding(bound, lane, key, reservation))
       return
     }
     // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an
     // unhandled rejection: it fails the request as it does on the in-memory path.
     try {
-      if (hold(step, ticket, first, bound, key, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
+      if (hold(step, ticket, first, bound, lane, key, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
     } catch (err) {
       next(err as Error)
     }
@@ -116,21 +119,22 @@ function giveBack (step: ReserveStep, ticket: PaceTicket<Holding>, first: number
 }
 
 /** Keeps a granted unit on the ticket; on a refusal gives back this hook's units and answers 429. */
-function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, key: string, reservation: PaceReservation,
+function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation,
   request: FastifyRequest, reply: FastifyReply): boolean {
   if (!reservation.granted) {
     ticket.refused = true
     giveBack(step, ticket, first)
     step.observer.refused(request, bound, key, reservation.retryAfterMs)
-    refuse(request, reply, bound.rule, bound.quota, reservation, ticket.held, step.refusalBody)
+    const declared = lane === bound.lane
+    refuse(request, reply, declared ? bound.rule : { name: bound.name, ...lane }, declared ? bound.quota : bound.quotaOf(lane), reservation, ticket.held, step.refusalBody)
     return false
   }
   bound.counts.granted++
-  ticket.held.push(holding(bound, key, reservation))
+  ticket.held.push(holding(bound, lane, key, reservation))
   return true
 }
 
-/** The unit `reservation` took from `bound`'s pace under `key`, as a ticket holds it. */
-function holding (bound: BoundPace, key: string, reservation: PaceReservation): Holding {
-  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: bound.quota, bound }
+/** The unit `reservation` took from `lane` of `bound`'s pace under `key`, as a ticket holds it. */
+function holding (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): Holding {
+  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: lane === bound.lane ? bound.quota : bound.quotaOf(lane), bound }
 }

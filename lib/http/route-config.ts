@@ -1,5 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import type { PaceRate } from '../bucket/pace.js'
+import type { RateOf } from '../operator/named-pace.js'
 import type { PaceSpend } from './ticket.js'
 
 /**
@@ -35,6 +36,15 @@ export type PaceRouteOptions = PaceRate & {
    * `#client`, `#source`, `#client+source` or `#key`, and `:rejected` for a failure budget.
    */
   name?: string | undefined
+  /**
+   * A key's own rate, for clients registered at different rates: `perSecond` for a per-second
+   * pace, `limit` (over the declared window) for a `limit`/`window` pace, or undefined for the
+   * declared rate. Asked with the declared client id (for a pair, its client id; for a source
+   * pace, the source key; otherwise the key) before anything is verified, so a stranger naming a
+   * client spends that client's bucket at that client's rate, and is refunded as ever. It must
+   * answer at once: a Promise is a TypeError (a 500). Default: none, every key at the declared rate.
+   */
+  rateOf?: RateOf | undefined
 }
 
 /** A pace of one route, checked and with its defaults filled in. */
@@ -49,6 +59,7 @@ export interface PaceRule {
   readonly rate: PaceRate
   readonly key: PaceKeyKind
   readonly spend: PaceSpend
+  readonly rateOf: RateOf | undefined
   /**
    * Reserved in onRequest, before the body is read, so that a request failing parsing or
    * validation still spends: a source key spent on every request (the authorization endpoint's
@@ -69,7 +80,7 @@ const MAX_WINDOW = 365 * 24 * 3600
 /** Structured-field strings (RFC 8941) allow printable ASCII only; the name goes into headers. */
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/
 
-const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name']
+const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf']
 
 /** Reports a bad option: the route, where the option sits, what was expected and what came; `prefix` starts every error of the route. */
 type Fail = ((option: string, expected: string, value: unknown) => never) & { prefix: string }
@@ -110,11 +121,14 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
     const key = checkKey(options.key, at, fail)
     const spend = options.spend
     if (spend !== 'accepted' && spend !== 'rejected' && spend !== 'every') fail(`${at}.spend`, "'accepted', 'rejected' or 'every'", spend)
+    const rateOf = options.rateOf
+    if (rateOf !== undefined && typeof rateOf !== 'function') fail(`${at}.rateOf`, 'a function (key) => number | undefined', rateOf)
     return {
       name: checkName(options.name, defaultName(url, list.length, key, spend as PaceSpend), at, fail),
       ...rate,
       key,
       spend: spend as PaceSpend,
+      rateOf: rateOf as RateOf | undefined,
       early: key === 'source' && spend === 'every'
     }
   })

@@ -37,7 +37,8 @@ function windowText (window: number): string {
 function rateSentence (rule: PaceRule): string {
   const { what, refund } = COUNTED[rule.spend]
   const amount = rule.window === 1 ? rule.perSecond : rule.limit
-  return `${amount} ${what} per ${windowText(rule.window)} per ${keyDescription(rule)}${refund}`
+  const own = rule.rateOf === undefined ? '' : `, or the ${rule.key === 'client' || rule.key === 'client+source' ? "client's registered" : "key's own"} rate`
+  return `${amount} ${what} per ${windowText(rule.window)} per ${keyDescription(rule)}${own}${refund}`
 }
 
 /**
@@ -73,7 +74,7 @@ export function describeRoute (schema: RouteOptions['schema'], rules: readonly P
     description,
     'x-exchangepace': {
       scope,
-      paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, key: keyDescription(rule), spend: rule.spend }))
+      paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, key: keyDescription(rule), spend: rule.spend, ownRates: rule.rateOf !== undefined }))
     }
   }
   const response = own.response as Record<string, unknown> | undefined

@@ -121,6 +121,15 @@ export function declaredClientId (authorization: string | undefined, body: unkno
 }
 
 /**
+ * The key of a (client id, source) pair: the two apart by U+001F (INFORMATION SEPARATOR ONE), a
+ * control character that neither may contain (`checkKey` refuses it in a client id, and a source
+ * key is an address), so that no two pairs share a key.
+ */
+export function pairKey (client: string, source: string): string {
+  return `${client}\u001f${source}`
+}
+
+/**
  * An address with a port, as some proxies write X-Forwarded-For: IPv4 (`192.0.2.1:51234`), IPv6 in
  * brackets with or without one (`[2001:db8::1]:443`), or IPv6 without brackets, as a Node proxy
  * writes `${remoteAddress}:${remotePort}` (`::ffff:192.0.2.1:51234`).

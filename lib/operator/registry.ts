@@ -1,29 +1,53 @@
-import { PaceCounts } from '../http/observer.js'
-import { Pace, type Clock } from '../bucket/pace.js'
+import type { FastifyBaseLogger } from 'fastify'
+import type { Pace, Clock } from '../bucket/pace.js'
+import { bucketState } from '../bucket/state.js'
+import { keyName, PaceCounts, type Observer } from '../http/observer.js'
 import type { PaceRule } from '../http/route-config.js'
+import type { PaceReservation, PaceStore } from '../store.js'
+import { NamedPace, type Lane } from './named-pace.js'
+import { whoKey, type KeyMaking, type PaceWho } from './who.js'
 
-/** A pace of the registry: its table, the kind of key it holds, and the counts of its decisions. */
-export interface Declared {
-  readonly pace: Pace
-  readonly keyKind: string
-  readonly counts: PaceCounts
+/** What `fastify.pace.inspect` tells of one key's bucket. */
+export interface PaceInspection {
+  /** Whole units the bucket holds now. */
+  readonly remaining: number
+  /** Milliseconds until the next unit is there; 0 when one is. */
+  readonly retryAfterMs: number
+  /** Milliseconds until the bucket is full again; 0 when it is. */
+  readonly fullInMs: number
+  /** The end of a block (`block`), or null. */
+  readonly blockedUntil: Date | null
 }
 
+/** What the registry needs from the plugin instance. */
+export interface RegistryContext extends KeyMaking {
+  readonly now: Clock | undefined
+  readonly store: PaceStore | undefined
+  readonly log: FastifyBaseLogger
+  readonly observer: Observer
+}
+
+/** The longest block, in seconds: a year, as the longest window. */
+const MAX_BLOCK_SECONDS = 365 * 24 * 3600
+
 /**
- * `fastify.pace`: the paces of this replica, one per name. Routes naming the same pace share its
- * table, so they must agree on its rate and on the kind of key stored in it.
+ * `fastify.pace`: the paces of this instance, one per name, and what an operator does with them.
+ * Routes naming the same pace share it, so they must agree on its rate, its `rateOf` and the kind
+ * of key stored in it. The operator's methods take a key by its parts (`PaceWho`), made into the
+ * key exactly as a request's is; with a shared store they act in the store, for every replica at
+ * once, and without one on this replica's memory.
  */
 export class PaceRegistry {
-  readonly #paces = new Map<string, Declared>()
-  readonly #now: Clock | undefined
+  readonly #paces = new Map<string, NamedPace>()
+  readonly #context: RegistryContext
 
-  constructor (now: Clock | undefined) {
-    this.#now = now
+  constructor (context: RegistryContext) {
+    this.#context = context
   }
 
-  /** The pace named `name`, or undefined when no route declared it. */
+  /** This replica's in-memory pace named `name` (at its declared rate), or undefined when no route declared it. */
   get (name: string): Pace | undefined {
-    return this.#paces.get(name)?.pace
+    return this.#paces.get(name)?.declared.pace
   }
 
   /** Names of every declared pace. */
@@ -41,23 +65,107 @@ export class PaceRegistry {
     return counts === undefined ? undefined : Object.assign(new PaceCounts(), counts)
   }
 
-  /**
-   * @internal The pace of `rule`, created on first use. Throws a TypeError naming `route` when the
-   * name is already taken at another rate or for another kind of key.
-   */
-  _declare (rule: PaceRule, route: string): Declared {
-    const keyKind = typeof rule.key === 'string' ? rule.key : 'function'
-    const known = this.#paces.get(rule.name)
-    if (known === undefined) {
-      const declared = { pace: new Pace({ ...rule.rate, now: this.#now }), keyKind, counts: new PaceCounts() }
-      this.#paces.set(rule.name, declared)
-      return declared
+  /** What `who`'s bucket in the pace `name` holds now, against the key's own rate. Looking creates no row. */
+  async inspect (name: string, who: PaceWho): Promise<PaceInspection> {
+    const { pace, key } = this.#target(name, who)
+    const lane = pace.laneOf(key)
+    if (lane.shared === null) {
+      const { remaining, retryAfterMs, fullInMs, blockedMs } = lane.pace.inspect(key)
+      return { remaining, retryAfterMs, fullInMs, blockedUntil: blockedMs > 0 ? new Date(Date.now() + blockedMs) : null }
     }
-    if (known.pace.limit !== rule.limit || known.pace.window !== rule.window) {
-      throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is declared with ${rateText(known.pace)} elsewhere, got ${rateText(rule)}`)
+    const stored = await this.#operable('inspect').call(this.#context.store, name, key)
+    if (stored.blockedUntil !== null) return { remaining: 0, retryAfterMs: stored.blockedMs, fullInMs: stored.blockedMs, blockedUntil: stored.blockedUntil }
+    const { remaining, retryAfterMs, fullInMs } = bucketState(stored.spentMs, lane.limit, lane.window * 1000)
+    return { remaining, retryAfterMs, fullInMs, blockedUntil: null }
+  }
+
+  /** Makes `who`'s bucket in the pace `name` full again, lifting a block; logged, and told to `onEvent`. */
+  async reset (name: string, who: PaceWho): Promise<void> {
+    const { pace, key } = this.#target(name, who)
+    if (this.#context.store !== undefined) await this.#operable('reset').call(this.#context.store, name, key)
+    for (const lane of pace.lanes) lane.pace.reset(key)
+    this.#context.observer.operated(pace, key, 'reset', 0)
+  }
+
+  /**
+   * Grants `who` nothing from the pace `name` for `seconds` (a number > 0, at most a year); requests
+   * are refused with a Retry-After that reaches the block's end, when the bucket is full again.
+   * `reset` lifts it. Resolves to the block's end; logged, and told to `onEvent`.
+   */
+  async block (name: string, who: PaceWho, seconds: number): Promise<Date> {
+    const { pace, key } = this.#target(name, who)
+    if (typeof seconds !== 'number' || !(seconds > 0 && seconds <= MAX_BLOCK_SECONDS)) {
+      throw new TypeError(`exchangepace: pace ${JSON.stringify(name)}: a block lasts a number of seconds > 0 and <= ${MAX_BLOCK_SECONDS} (a year), got ${String(seconds)}`)
+    }
+    const ms = seconds * 1000
+    let until: Date
+    if (this.#context.store === undefined) {
+      pace.laneOf(key).pace.block(key, ms)
+      until = new Date(Date.now() + ms)
+    } else {
+      until = await this.#operable('block').call(this.#context.store, name, key, ms)
+    }
+    this.#context.observer.operated(pace, key, 'blocked', ms)
+    return until
+  }
+
+  /**
+   * The decision a request would get from the pace `name` for `who`, taken in the pace's store
+   * (and counted): when granted, the unit is spent until `refund()` gives it back.
+   */
+  async reserve (name: string, who: PaceWho): Promise<PaceReservation> {
+    const { pace, key } = this.#target(name, who)
+    const lane: Lane = pace.laneOf(key)
+    const reservation = lane.shared === null ? lane.pace.reserve(key) : await lane.shared.reserve(key)
+    if (reservation.granted) pace.counts.granted++
+    else pace.counts.refused++
+    return reservation
+  }
+
+  /** The pace named `name` and the key of `who` in it; a TypeError naming what is wrong. */
+  #target (name: string, who: PaceWho): { pace: NamedPace, key: string } {
+    const pace = this.#paces.get(name)
+    if (pace === undefined) {
+      throw new TypeError(`exchangepace: no pace is named ${JSON.stringify(name)}; the paces are ${this.names().map(known => JSON.stringify(known)).join(', ') || 'none'}`)
+    }
+    return { pace, key: whoKey(name, pace.keyKind, who, this.#context) }
+  }
+
+  /** The store's operator method `action`; a TypeError when the store has none. */
+  #operable<A extends 'inspect' | 'reset' | 'block'> (action: A): NonNullable<PaceStore[A]> {
+    const method = this.#context.store?.[action]
+    if (typeof method !== 'function') throw new TypeError(`exchangepace: the store offers no ${action} (a PaceStore's operator methods are optional)`)
+    return method as NonNullable<PaceStore[A]>
+  }
+
+  /**
+   * @internal The pace of `rule`, made on first use. Throws a TypeError naming `route` when the
+   * name is already taken at another rate, `rateOf` or kind of key, or the store cannot keep it.
+   */
+  _declare (rule: PaceRule, route: string): NamedPace {
+    const keyKind = keyName(rule.key)
+    const known = this.#paces.get(rule.name)
+    const pace = `pace ${JSON.stringify(rule.name)}`
+    if (known === undefined) {
+      const { now, store, log } = this.#context
+      let made: NamedPace
+      try {
+        made = new NamedPace({ name: rule.name, keyKind, limit: rule.limit, window: rule.window, rateOf: rule.rateOf, now, store, log })
+      } catch (err) {
+        const reason = err instanceof Error ? err.message.replace(/^exchangepace: /, '') : String(err)
+        throw new TypeError(`exchangepace: route ${route}: ${reason}`, { cause: err })
+      }
+      this.#paces.set(rule.name, made)
+      return made
+    }
+    if (known.declared.limit !== rule.limit || known.declared.window !== rule.window) {
+      throw new TypeError(`exchangepace: route ${route}: ${pace} is declared with ${rateText(known.declared)} elsewhere, got ${rateText(rule)}`)
     }
     if (known.keyKind !== keyKind) {
-      throw new TypeError(`exchangepace: route ${route}: pace ${JSON.stringify(rule.name)} is keyed by ${known.keyKind} elsewhere, got key ${keyKind}`)
+      throw new TypeError(`exchangepace: route ${route}: ${pace} is keyed by ${known.keyKind} elsewhere, got key ${keyKind}`)
+    }
+    if (known.rateOf !== rule.rateOf) {
+      throw new TypeError(`exchangepace: route ${route}: ${pace} is declared with another rateOf elsewhere; routes sharing a pace share one rateOf function`)
     }
     return known
   }

@@ -10,6 +10,14 @@ import { GRANT_BYTES, REFUSAL_BYTES, type PaceCommands } from './scripts.js'
 import type { RedisStore } from './store.js'
 import type { PaceReservation, SharedPace } from '../store.js'
 
+/**
+ * A refusal in this replica's memory whose unit is back later than this (a failure budget spent,
+ * a key locked out) is put to Redis all the same while Redis answers: an operator's reset there
+ * must reach every replica. One second: no `perSecond` pace ever waits longer, so the requests of
+ * a key above such a rate never reach Redis once this replica's memory refuses them.
+ */
+const FOLLOW_AFTER_MS = 1000
+
 /** The grant every request gets with `whenUnavailable: 'open'` while Redis is unavailable: nothing taken, nothing to give back. */
 const OPEN: PaceReservation = Object.freeze({ granted: true, remaining: 0, retryAfterMs: 0, refund () {} })
 
@@ -71,7 +79,8 @@ class ReserveWaiting extends Waiting {
 /**
  * One pace in Redis. With `whenUnavailable: 'fallback'`, every request is also paced in this
  * replica's memory, and granted only when both grant: first the fallback pace (a refusal there
- * never asks Redis), then Redis (a refusal there gives the fallback's unit back). The fallback
+ * asks Redis only when its unit is back more than a second later, see `#follow`), then Redis (a
+ * refusal there gives the fallback's unit back). The fallback
  * therefore holds every unit this replica granted, whichever store answered, and the rate holds
  * per replica at every moment, outages and returns included: a switch to the fallback finds the
  * bucket this replica's own spending left (not a full one), and a return to Redis cannot grant on
@@ -113,11 +122,11 @@ export class RedisPace implements SharedPace {
     const store = this.#store
     const local = this.#local === null ? null : this.#local.reserve(key)
     if (local !== null) {
-      if (!local.granted) return Promise.resolve(local)
-      if (!this.#tracked) {
-        this.#tracked = true
-        store._track(this)
-      }
+      // A refusal in memory is final while Redis is away, or when the unit is back within a
+      // second (a key above its rate, where asking Redis would only add load); otherwise Redis,
+      // which an operator may have reset, decides (see `#follow`).
+      if (!local.granted && (store.unavailable || local.retryAfterMs <= FOLLOW_AFTER_MS)) return Promise.resolve(local)
+      this.#track()
     }
     if (!store._mayTry()) return Promise.resolve(local ?? this.#unavailable)
     const redisKey = this.#prefix + key
@@ -149,7 +158,7 @@ export class RedisPace implements SharedPace {
           return
         }
         // The request first: a logger that throws must not leave it waiting.
-        if (length === GRANT_BYTES) resolve(new RedisReservation(this, redisKey, reply, local))
+        if (length === GRANT_BYTES) resolve(new RedisReservation(this, redisKey, reply, local === null || local.granted ? local : this.#follow(key)))
         else {
           local?.refund()
           resolve(refusedByRedis(reply.readDoubleLE(0)))
@@ -159,6 +168,26 @@ export class RedisPace implements SharedPace {
         if (deadlines.answer(waiting)) this.#failed(local, err, resolve)
       })
     })
+  }
+
+  /**
+   * Redis granted what this replica's memory had refused: the shared bucket has more than this
+   * replica's own spending left in memory, because an operator reset or unblocked the key (on any
+   * replica, or from the CLI), or Redis lost its rows. The memory follows Redis: its row for the
+   * key starts afresh with this grant, so that the next request is not refused here before Redis
+   * is asked. It is asked anyway: a refusal in memory is only final while Redis is unavailable.
+   */
+  #follow (key: string): Reservation {
+    const local = this.#local as Pace
+    local.reset(key)
+    return local.reserve(key)
+  }
+
+  /** Enters this pace in the store's set of paces whose memory may hold rows. */
+  #track (): void {
+    if (this.#tracked) return
+    this.#tracked = true
+    this.#store._track(this)
   }
 
   /** @internal Redis did not answer a reservation within the timeout. */

@@ -32,6 +32,16 @@ const WINDOWED_ROW_FORMAT = 3
 const IS_ROW = 'row and #row == size and string.byte(row) == format'
 
 /**
+ * A block an operator set (`BLOCK`): `struct.pack('<Bd', 4, until)`, 9 bytes, the block's end in
+ * Unix milliseconds on Redis's clock, under a key that expires at that end. It is no row of either
+ * time base, so a refund gives nothing while it lasts; a reserve refuses until its end, and a
+ * grant after it (the key outlived its expiry by a fraction of a millisecond) writes a row over it.
+ * Rate-free, so an operator blocks a key without knowing the pace's rate.
+ */
+const BLOCK_FORMAT = 4
+const IS_BLOCK = `row and #row == 9 and string.byte(row) == ${BLOCK_FORMAT}`
+
+/**
  * The pace in Redis, with the in-process Pace's semantics. A key holds one row,
  * `struct.pack(ROW, 2, full, run, count, last, marks, rate)` (45 bytes) for a one-second pace: a
  * format byte, the time at which the bucket is full again, and for refunds (as in `Pace`) when the
@@ -154,6 +164,9 @@ if ${IS_ROW} then
     count = grants + 1
     marks = refunded * 2 % 4294967296
   end
+elseif ${IS_BLOCK} then
+  local wait = struct.unpack('<d', row, 2) - (time[1] * 1000 + time[2] / 1000)
+  if wait > 0 then return struct.pack('<d', wait) end
 end
 local shortfall = after - capacity
 if shortfall > 0.5 then
@@ -231,6 +244,52 @@ return 1
 `
 
 /**
+ * What an operator sees of a key, whatever pace wrote it: nothing is written, and the caller needs
+ * no rate, because a row carries its own. The reply is five doubles, little-endian: how far the
+ * row's time is ahead of now in ms (0 for a full bucket, which has no row), the block's end in Unix
+ * ms (0 when none), Redis's clock in Unix ms, and the rate (the limit) and window in ms the row was
+ * written at (0 and 0 without a row). A time more than half a cycle ahead is behind now: full.
+ */
+const INSPECT = `
+local row = redis.pcall('GET', KEYS[1])
+local time = redis.call('TIME')
+local nowMs = time[1] * 1000 + time[2] / 1000
+if type(row) ~= 'string' then return struct.pack('<ddddd', 0, 0, nowMs, 0, 0) end
+if ${IS_BLOCK} then return struct.pack('<ddddd', 0, struct.unpack('<d', row, 2), nowMs, 0, 0) end
+local format = string.byte(row)
+local cycle = 4294967296
+local now = (time[1] * 1000000 + time[2]) % cycle
+local perMs = 1000
+local window = 1000
+if #row == 53 and format == ${WINDOWED_ROW_FORMAT} then
+  cycle = 68719476736
+  now = math.floor(time[1] * 1000 + time[2] / 1000) % cycle
+  perMs = 1
+  window = struct.unpack('<d', row, 46)
+elseif not (#row == 45 and format == ${ROW_FORMAT}) then
+  return struct.pack('<ddddd', 0, 0, nowMs, 0, 0)
+end
+local _, full, _, _, _, _, rate = struct.unpack('${ROW}', row)
+local spent = (full - now * rate) % (cycle * rate)
+if spent > cycle * rate / 2 then spent = 0 end
+return struct.pack('<ddddd', spent / rate / perMs, 0, nowMs, rate, window)
+`
+
+/** Makes the key's bucket full again, and lifts a block: the key goes. */
+const RESET = "return redis.call('DEL', KEYS[1])"
+
+/**
+ * Blocks the key for ARGV[1] ms (an integer) from now on Redis's clock, whatever it held: the
+ * block row above, expiring at the block's end. Replies its end in Unix ms, as one double.
+ */
+const BLOCK = `
+local time = redis.call('TIME')
+local ending = time[1] * 1000 + math.floor(time[2] / 1000) + tonumber(ARGV[1])
+redis.call('SET', KEYS[1], struct.pack('<Bd', ${BLOCK_FORMAT}, ending), 'PX', ARGV[1])
+return struct.pack('<d', ending)
+`
+
+/**
  * A pace name as it appears in Redis keys, with no ':' in it (':' as %3A, and '%' as %25), so that
  * the first ':' after it ends it: otherwise pace "/a" with key "b:c" and pace "/a:b" with key "c"
  * would share one Redis key. A name without either character is written as it is.
@@ -240,7 +299,7 @@ export function keyName (name: string): string {
 }
 
 /** @internal The scripts' text, for tests that run them on a clock of their own. */
-export const SCRIPTS = { reserve: RESERVE, refund: REFUND } as const
+export const SCRIPTS = { reserve: RESERVE, refund: REFUND, inspect: INSPECT, reset: RESET, block: BLOCK } as const
 
 /** The highest rate a one-second pace's microticks keep exact (see above), per second. */
 export const MAX_RATE = 2 ** 21
@@ -293,11 +352,17 @@ export const GRANT_BYTES = 32
 export interface PaceCommands {
   exchangepaceReserveBuffer (key: string, rate: number, windowMs?: number): Promise<Buffer>
   exchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs?: number): Promise<number>
+  exchangepaceInspectBuffer (key: string): Promise<Buffer>
+  exchangepaceReset (key: string): Promise<number>
+  exchangepaceBlockBuffer (key: string, ms: number): Promise<Buffer>
 }
 
 /** Defines the scripts on `client` as commands, and returns it as what calls them. */
 export function defineCommands (client: RedisClientLike): PaceCommands {
   client.defineCommand('exchangepaceReserve', { numberOfKeys: 1, lua: RESERVE })
   client.defineCommand('exchangepaceRefund', { numberOfKeys: 1, lua: REFUND })
+  client.defineCommand('exchangepaceInspect', { numberOfKeys: 1, lua: INSPECT })
+  client.defineCommand('exchangepaceReset', { numberOfKeys: 1, lua: RESET })
+  client.defineCommand('exchangepaceBlock', { numberOfKeys: 1, lua: BLOCK })
   return client as unknown as PaceCommands
 }

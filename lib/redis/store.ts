@@ -3,7 +3,7 @@ import { Deadlines } from './deadlines.js'
 import type { Pace } from '../bucket/pace.js'
 import { RedisPace } from './pace.js'
 import { defineCommands, keyName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
-import type { PaceBucket, PaceStore, SharedPace } from '../store.js'
+import type { PaceBucket, PaceStore, SharedPace, StoredBucket } from '../store.js'
 
 export type { RedisClientLike } from './scripts.js'
 
@@ -89,7 +89,34 @@ export class RedisStore implements PaceStore {
 
   pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace {
     const windowMs = scriptWindow(name, rate)
-    return new RedisPace(this, this.#commands, `${this.prefix}${keyName(name)}:`, rate.limit, windowMs, this.whenUnavailable === 'fallback' ? local : null, log)
+    return new RedisPace(this, this.#commands, this.#key(name, ''), rate.limit, windowMs, this.whenUnavailable === 'fallback' ? local : null, log)
+  }
+
+  async inspect (name: string, key: string): Promise<StoredBucket> {
+    const reply = await this.#commands.exchangepaceInspectBuffer(this.#key(name, key))
+    const [spentMs, ending, nowMs, limit, windowMs] = [0, 8, 16, 24, 32].map(at => reply.readDoubleLE(at))
+    const blockedMs = Math.max(0, ending - nowMs)
+    return {
+      spentMs,
+      blockedMs,
+      blockedUntil: blockedMs > 0 ? new Date(ending) : null,
+      limit: limit === 0 ? null : limit,
+      windowMs: windowMs === 0 ? null : windowMs
+    }
+  }
+
+  async reset (name: string, key: string): Promise<void> {
+    await this.#commands.exchangepaceReset(this.#key(name, key))
+  }
+
+  async block (name: string, key: string, ms: number): Promise<Date> {
+    const reply = await this.#commands.exchangepaceBlockBuffer(this.#key(name, key), Math.ceil(ms))
+    return new Date(reply.readDoubleLE(0))
+  }
+
+  /** The Redis key of `key` in the pace `name`'s table. */
+  #key (name: string, key: string): string {
+    return `${this.prefix}${keyName(name)}:${key}`
   }
 
   /** Whether Redis is treated as unavailable (since a failure, until it answers again). */

@@ -106,9 +106,9 @@ const refusedSoFar: number = counts?.refused ?? 0
 const seen: Array<[PaceEvent['type'], string, PaceKeyName, string | undefined, PaceOutcome | null, number]> = []
 await Fastify().register(exchangePace, {
   logClientIds: true,
-  onEvent: (event: PaceEvent, request: FastifyRequest) => {
+  onEvent: (event: PaceEvent, request: FastifyRequest | null) => {
     seen.push([event.type, event.name, event.keyKind, event.key, event.outcome, event.retryAfterMs])
-    request.log.info({ pace: event.name }, 'paced')
+    request?.log.info({ pace: event.name }, 'paced')
   }
 })
 

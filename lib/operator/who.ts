@@ -1,0 +1,75 @@
+import { isIP, isIPv6 } from 'node:net'
+import { checkKey, InvalidRequest, pairKey, sourceKey } from '../keys/parse.js'
+import type { PaceKeyName } from '../http/observer.js'
+
+/**
+ * One key of a pace, given by its parts as an operator knows them: `{ client }` for a pace keyed by
+ * declared client id, `{ source }` (an IP address) by source, `{ client, source }` by the pair, and
+ * `{ key }` for a pace with a key function.
+ */
+export interface PaceWho {
+  client?: string | undefined
+  source?: string | undefined
+  key?: string | undefined
+}
+
+/** How keys are made on this plugin instance: as requests' keys are. */
+export interface KeyMaking {
+  readonly ipv6Subnet: number
+  readonly maxKeyLength: number
+}
+
+/** The parts each kind of key is given by. */
+const PARTS: Record<PaceKeyName, readonly (keyof PaceWho)[]> = {
+  client: ['client'],
+  source: ['source'],
+  'client+source': ['client', 'source'],
+  function: ['key']
+}
+
+/**
+ * The key of `who` in a pace keyed by `kind`, made exactly as a request's is: a source by its IPv6
+ * prefix, a pair by the pair's encoding, each checked as a key. Throws a TypeError naming the pace
+ * and what is wrong: a missing or extra part, a part that is not a key, a source that is no IP
+ * address (or the prefix `2001:db8::/64` as logs show it, of this instance's `ipv6Subnet`).
+ */
+export function whoKey (pace: string, kind: PaceKeyName, who: unknown, making: KeyMaking): string {
+  const parts = PARTS[kind]
+  const given = who !== null && typeof who === 'object' ? Object.keys(who).filter(part => (who as Record<string, unknown>)[part] !== undefined) : null
+  if (given === null || given.length !== parts.length || !parts.every(part => given.includes(part))) {
+    throw new TypeError(`exchangepace: pace ${JSON.stringify(pace)} is keyed by ${kind}: give { ${parts.join(', ')} }, got ${describe(who)}`)
+  }
+  const { client, source, key } = who as PaceWho
+  try {
+    if (kind === 'function') return checkKey(key, 'key', making.maxKeyLength)
+    if (kind === 'source') return operatorSource(source, making)
+    const id = checkKey(client, 'client', making.maxKeyLength)
+    return kind === 'client' ? id : pairKey(id, operatorSource(source, making))
+  } catch (err) {
+    if (!(err instanceof InvalidRequest)) throw err
+    throw new TypeError(`exchangepace: pace ${JSON.stringify(pace)}: ${err.message}`)
+  }
+}
+
+/** A prefix as the source keys of IPv6 addresses read: `2001:db8:1:2::/64`. */
+const PREFIX = /^([0-9A-Fa-f:]+)\/(\d{1,3})$/
+
+/** The source key of an operator's address: an IP address, or an IPv6 prefix of the instance's length. */
+function operatorSource (source: unknown, { ipv6Subnet, maxKeyLength }: KeyMaking): string {
+  if (typeof source === 'string') {
+    const prefix = PREFIX.exec(source)
+    if (isIP(source) !== 0) return sourceKey(source, ipv6Subnet, maxKeyLength)
+    if (prefix !== null && isIPv6(prefix[1]) && Number(prefix[2]) === ipv6Subnet) return sourceKey(prefix[1], ipv6Subnet, maxKeyLength)
+  }
+  throw new InvalidRequest(`source must be an IP address, or an IPv6 prefix /${ipv6Subnet} as the logs show it; got ${describe(source)}`)
+}
+
+function describe (value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value)
+  if (value === null || typeof value !== 'object') return String(value)
+  try {
+    return JSON.stringify(value)
+  } catch {
+    return 'an object'
+  }
+}
