@@ -74,7 +74,7 @@ export function describeRoute (schema: RouteOptions['schema'], rules: readonly P
     description,
     'x-exchangepace': {
       scope,
-      paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, key: keyDescription(rule), spend: rule.spend, ownRates: rule.rateOf !== undefined }))
+      paces: rules.map(rule => ({ name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, key: keyDescription(rule), spend: rule.spend, ...(rule.rateOf === undefined ? {} : { ownRates: true }) }))
     }
   }
   const response = own.response as Record<string, unknown> | undefined
