@@ -1,0 +1,26 @@
+import t from 'tap'
+import { RedisStore } from '../lib/index.js'
+import { keyName } from '../lib/redis/scripts.js'
+import { operatorBehaviour } from './operator-behaviour.js'
+import { ClockedClient, redisOrSkip, uniquePrefix } from './helpers/redis.js'
+
+// The operator's API on a RedisStore: two replicas, each with a store of its own on one Redis
+// server, so that an action on one reaches the other only through Redis. The scripts and the
+// replicas' memories run on one clock of the test's (test/helpers/redis.ts, ClockedClient).
+
+const client = await redisOrSkip()
+if (client !== null) {
+  let clock = 1_000_000
+  const prefix = uniquePrefix('operator')
+  const clocked = new ClockedClient(client, () => clock * 1000)
+  t.teardown(async () => {
+    const keys = await client.keys(`${prefix}*`)
+    if (keys.length > 0) await client.del(...keys)
+  })
+  operatorBehaviour(t, {
+    options: scope => ({ now: () => clock, store: new RedisStore({ client: clocked, prefix: `${prefix}${scope}:`, timeoutMs: 1000 }) }),
+    advance: ms => { clock += ms },
+    shared: true,
+    hasRow: async (scope, _app, name, key) => await client.exists(`${prefix}${scope}:${keyName(name)}:${key}`) === 1
+  })
+}

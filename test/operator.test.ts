@@ -1,0 +1,44 @@
+import t from 'tap'
+import { exchangePace, type PaceStore } from '../lib/index.js'
+import Fastify from 'fastify'
+import { operatorBehaviour } from './operator-behaviour.js'
+
+// The operator's API on the default store, this replica's memory, on a clock of the test's.
+
+let clock = 1_000_000
+operatorBehaviour(t, {
+  options: () => ({ now: () => clock }),
+  advance: ms => { clock += ms },
+  shared: false,
+  hasRow: async (_scope, app, name) => (app.pace.get(name)?.size ?? 0) > 0
+})
+
+t.test('a store without the operator\'s methods refuses them with a TypeError; reserve still goes through it', async t => {
+  const store: PaceStore = {
+    scope: 'shared by a store of the test\'s',
+    outage: 'nothing changes',
+    pace: () => ({ reserve: async () => ({ granted: true, remaining: 7, retryAfterMs: 0, refund () {} }) })
+  }
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store })
+  app.get('/authorize', { config: { pace: { perSecond: 9, key: 'source', spend: 'every' } } }, async () => 'ok')
+  await app.ready()
+  for (const action of [app.pace.inspect('/authorize', { source: '192.0.2.1' }), app.pace.reset('/authorize', { source: '192.0.2.1' }), app.pace.block('/authorize', { source: '192.0.2.1' }, 5)]) {
+    await t.rejects(action, { name: 'TypeError', message: /the store offers no (inspect|reset|block) \(a PaceStore's operator methods are optional\)/ })
+  }
+  t.match(await app.pace.reserve('/authorize', { source: '192.0.2.1' }), { granted: true, remaining: 7 })
+  t.same(await app.pace.reserve('/authorize', { source: 'not an address' }).catch((err: Error) => err.message), 'exchangepace: pace "/authorize": source must be an IP address, or an IPv6 prefix /64 as the logs show it; got "not an address"')
+})
+
+t.test('a pace with a key function is given by its key', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { now: () => clock })
+  app.get('/tenant', { config: { pace: { perSecond: 2, key: request => request.headers['x-tenant'] as string | undefined, spend: 'every' } } }, async () => 'ok')
+  await app.ready()
+  await app.inject({ url: '/tenant', headers: { 'x-tenant': 'acme' } })
+  t.equal((await app.pace.inspect('/tenant', { key: 'acme' })).remaining, 1)
+  await t.rejects(app.pace.inspect('/tenant', { client: 'acme' }), { message: /is keyed by function: give \{ key \}/ })
+  await t.rejects(app.pace.inspect('/tenant', { key: '' }), { message: /key must not be empty/ })
+})
