@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { RedisStore } from '../lib/index.js'
 import type { TestCluster } from './helpers/cluster.js'
 import { uniquePrefix } from './helpers/redis.js'
+import { EXCHANGES_NAME, FAILURES_NAME, exchange as operatorExchange, tokenReplica } from './operator-behaviour.js'
 import { build, form, sharedBehaviour, type TapTest } from './shared-behaviour.js'
 
 /**
@@ -100,6 +101,26 @@ export function clusterBehaviour (t: TapTest, cluster: TestCluster): void {
     t.equal(count(statuses, 401), 60, 'every stranger reached client authentication and failed it')
     t.same(await keysPerMaster(client, cluster, `${prefix}*`), [[], [], []], 'every refunded bucket was full again: no key on any master')
     t.same(await Promise.all(ids.slice(0, 3).map(id => exchange(app, id))), [200, 200, 200], 'the named clients keep their pace')
+  })
+
+  t.test('an operator\'s reset and block on one replica reach the other, on whichever master holds the key', async t => {
+    const prefix = uniquePrefix('cluster-operator')
+    const [a, b] = await Promise.all([0, 1].map(() => tokenReplica(t, { store: new RedisStore({ client, prefix, timeoutMs: 1000 }) })))
+    const home = '198.51.100.7'
+    for (let i = 0; i < 5; i++) t.equal((await operatorExchange(b, false)).status, 401)
+    const locked = await operatorExchange(b, true)
+    t.equal(locked.status, 429)
+    t.ok(Number(locked.retryAfter) > 700 && Number(locked.retryAfter) <= 720, `locked out for 12 minutes: Retry-After ${String(locked.retryAfter)}`)
+    t.match(await a.pace.inspect(FAILURES_NAME, { client: 'victim', source: home }), { remaining: 0, blockedUntil: null })
+    await a.pace.reset(FAILURES_NAME, { client: 'victim', source: home })
+    t.equal((await operatorExchange(b, true)).status, 200, 'reset on one replica, and the next request on the other gets its token')
+    const until = await a.pace.block(EXCHANGES_NAME, { client: 'victim' }, 60)
+    const blocked = await operatorExchange(b, true)
+    t.equal(blocked.status, 429)
+    t.ok(Number(blocked.retryAfter) >= 59 && Number(blocked.retryAfter) <= 60, `Retry-After ${String(blocked.retryAfter)} reaches the block's end`)
+    t.equal((await a.pace.inspect(EXCHANGES_NAME, { client: 'victim' })).blockedUntil?.getTime(), until.getTime())
+    await b.pace.reset(EXCHANGES_NAME, { client: 'victim' })
+    t.equal((await operatorExchange(a, true)).status, 200, 'a reset lifts the block')
   })
 
   t.test('a master that stops answering: its keys are paced per replica without a 5xx, with one warning, and the store is shared again once it answers', async t => {
