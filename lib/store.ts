@@ -9,6 +9,11 @@ export interface PaceReservation {
   readonly remaining: number
   /** Milliseconds until one unit is available; 0 when granted. */
   readonly retryAfterMs: number
+  /**
+   * Milliseconds until the bucket is full again, as this grant left it: the RateLimit header's `t`.
+   * A store that cannot tell leaves it out, and `t` then states the window, a bound.
+   */
+  readonly fullInMs?: number | undefined
   /** Gives the unit back, once; refunds it in the store that granted it. */
   refund (): void
 }

@@ -114,7 +114,7 @@ t.test('an outcome set by the error handler settles each pace by its own rule, o
   t.equal(app.pace.get('/token#client')!.size, 1, 'an error that is no failure spends the exchange')
   t.equal(app.pace.get('/token#client+source:rejected')!.size, 1, 'and refunds its failure unit: still only the first failure')
   const headers = (await send('invalid_client')).headers
-  t.equal(headers.ratelimit, '"/token#client+source:rejected";r=1;t=600', 'two failures kept of three')
+  t.equal(headers.ratelimit, '"/token#client+source:rejected";r=1;t=400', 'two failures kept of three, whole again in two units of 200 s')
 })
 
 t.test('an answer that passes onSend twice settles its failures once, by the outcome of the first pass', async t => {
@@ -186,10 +186,10 @@ t.test('quota headers: a failure budget is the caller\'s own and shows on every 
   const failed = await guess(app, 0)
   t.equal(failed.statusCode, 401)
   t.equal(failed.headers['ratelimit-policy'], '"/token#client+source:rejected";q=3;w=600', 'on the 401: the pair budget only, not the named client\'s pace')
-  t.equal(failed.headers.ratelimit, '"/token#client+source:rejected";r=2;t=600')
+  t.equal(failed.headers.ratelimit, '"/token#client+source:rejected";r=2;t=200', 'whole again in one unit\'s time, not the window')
   const accepted = await real(app)
   t.equal(accepted.headers['ratelimit-policy'], '"/token#client";q=5;w=1, "/token#client+source:rejected";q=3;w=600')
-  t.equal(accepted.headers.ratelimit, '"/token#client";r=4;t=1, "/token#client+source:rejected";r=3;t=600', 'the refunded failure unit counts as back')
+  t.equal(accepted.headers.ratelimit, '"/token#client";r=4;t=1, "/token#client+source:rejected";r=3;t=0', 'the refunded failure unit counts as back: the pair\'s budget is whole')
 })
 
 t.test('the route says what a failure budget counts, per what, and over which window', async t => {

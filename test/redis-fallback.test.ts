@@ -28,7 +28,7 @@ class SimulatedRedis implements RedisClientLike {
     }
     const id = ++this.#grantCount
     this.#grants.set(id, reservation)
-    const grant = Buffer.alloc(32)
+    const grant = Buffer.alloc(40)
     grant.writeDoubleLE(reservation.remaining, 0)
     grant.writeDoubleLE(id, 8)
     return Promise.resolve(grant)

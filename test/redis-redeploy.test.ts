@@ -68,7 +68,7 @@ if (client !== null) {
           else if (s.op === 'reserve') {
             const rate = (phase === 'rolling' ? s.by : phase) === 'old' ? before : after
             const reply = await commands.clockedReserveBuffer(key, rate, 1000, micros())
-            if (reply.length === 32) grants.push({ at: ms, rate, grant: [reply.readDoubleLE(8), reply.readDoubleLE(16), reply.readDoubleLE(24)], refunded: false })
+            if (reply.length === 40) grants.push({ at: ms, rate, grant: [reply.readDoubleLE(8), reply.readDoubleLE(16), reply.readDoubleLE(24)], refunded: false })
           } else if (grants.length > 0) {
             // Refunded by the replica that granted it, at its rate: an old one's may come after the deploy.
             const chosen = grants[grants.length - 1 - (s.back % grants.length)]
@@ -86,7 +86,7 @@ if (client !== null) {
       ms += 1000
       let granted = 0
       for (let i = 0; i < after + 2; i++) {
-        if ((await commands.clockedReserveBuffer(key, after, 1000, micros())).length === 32) granted++
+        if ((await commands.clockedReserveBuffer(key, after, 1000, micros())).length === 40) granted++
       }
       await client.del(key)
       return granted === Math.floor(after)

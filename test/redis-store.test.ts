@@ -23,9 +23,12 @@ interface Call {
   reject: (err: Error) => void
 }
 
-/** `reply` as the reserve script sends it: doubles, little-endian, one (a refusal) or four (a grant). */
+/**
+ * `reply` as the reserve script sends it: doubles, little-endian, one (a refusal) or five (a grant,
+ * whose fifth, the time until the bucket is full, is 1000 ms here).
+ */
 function encoded (reply: Reply): Buffer {
-  const values = typeof reply === 'number' ? [reply] : reply
+  const values = typeof reply === 'number' ? [reply] : [...reply, 1000]
   const bytes = Buffer.alloc(8 * values.length)
   values.forEach((value, i) => bytes.writeDoubleLE(value, 8 * i))
   return bytes

@@ -59,6 +59,8 @@ export class Reservation {
   readonly remaining: number
   /** Milliseconds until one unit is available; 0 when granted. */
   readonly retryAfterMs: number
+  /** Milliseconds until the bucket is full again, as this reservation left it (a refund gives one unit's time back). */
+  readonly fullInMs: number
   #pace: Pace | null
   readonly #key: string
   readonly #slot: number
@@ -68,7 +70,7 @@ export class Reservation {
   readonly #before: number
 
   /** @internal Built by `Pace.reserve` only. */
-  constructor (pace: Pace | null, key: string, slot: number, run: number, count: number, at: number, before: number, granted: boolean, remaining: number, retryAfterMs: number) {
+  constructor (pace: Pace | null, key: string, slot: number, run: number, count: number, at: number, before: number, granted: boolean, remaining: number, retryAfterMs: number, fullInMs: number) {
     this.#pace = pace
     this.#key = key
     this.#slot = slot
@@ -79,6 +81,7 @@ export class Reservation {
     this.granted = granted
     this.remaining = remaining
     this.retryAfterMs = retryAfterMs
+    this.fullInMs = fullInMs
   }
 
   /**
@@ -93,9 +96,9 @@ export class Reservation {
   }
 }
 
-/** A refused reservation: nothing was debited, and one unit is back in `retryAfterMs`. */
-function refusal (key: string, now: number, retryAfterMs: number): Reservation {
-  return new Reservation(null, key, -1, 0, 0, now, NO_ROW, false, 0, retryAfterMs)
+/** A refused reservation: nothing was debited, one unit is back in `retryAfterMs`, and the bucket is full in `fullInMs`. */
+function refusal (key: string, now: number, retryAfterMs: number, fullInMs: number): Reservation {
+  return new Reservation(null, key, -1, 0, 0, now, NO_ROW, false, 0, retryAfterMs, fullInMs)
 }
 
 /**
@@ -184,7 +187,7 @@ export class Pace {
     const running = stored > now
     const after = (running ? stored : now) + unit
     const shortfall = after - now - this.#capacity
-    if (shortfall > SLACK) return shortfall === Infinity ? this.#refuseBlocked(key, slot, now) : refusal(key, now, shortfall / limit)
+    if (shortfall > SLACK) return shortfall === Infinity ? this.#refuseBlocked(key, slot, now) : refusal(key, now, shortfall / limit, (stored - now) / limit)
     // A grant goes on with the row's run, restarts a row whose time had come, or inserts one. One
     // construction serves the three, which keeps this method small enough for V8 to inline it
     // whole, the Reservation included, into the plugin's hook.
@@ -193,7 +196,7 @@ export class Pace {
     if (running) count = table.addCount(slot, after, now)
     else if (slot !== -1) before = table.restart(slot, after, now)
     else slot = this.#insert(key, after, now)
-    return new Reservation(this, key, slot, table.stamp(slot), count, now, before, true, Math.floor((SLACK - shortfall) / unit), 0)
+    return new Reservation(this, key, slot, table.stamp(slot), count, now, before, true, Math.floor((SLACK - shortfall) / unit), 0, (after - now) / limit)
   }
 
   /** Adds `key`'s row, the first grant of a run. Only an insert grows the table, so only an insert can find it doubled since the last sweep. */
@@ -210,7 +213,7 @@ export class Pace {
    */
   #refuseBlocked (key: string, slot: number, now: number): Reservation {
     const until = this.#table.last(slot)
-    if (until > now) return refusal(key, now, (until - now) / this.limit)
+    if (until > now) return refusal(key, now, (until - now) / this.limit, (until - now) / this.limit)
     this.#table.remove(key, slot)
     return this.reserve(key)
   }

@@ -26,18 +26,19 @@ export class QuotaItems {
   readonly policy: string
   /** `"name";r=` */
   readonly quotaPrefix: string
+  /** One unit's time, in ms: what a refund takes off the time until the bucket is full. */
+  readonly unitMs: number
+  /** The window in whole seconds: the bound `t` states for a store that does not tell when its bucket is full. */
+  readonly windowSeconds: number
   /**
-   * `;t=1`: after a grant, the bucket is full again within one window (a bound: the draft's `t` is
-   * the time until the quota is whole again, which a grant does not tell).
-   */
-  readonly grantedSuffix: string
-  /**
-   * The latest RateLimit item written for a grant, and the units remaining it states (NaN before
-   * the first): reused while the count repeats, as it does under steady traffic, where each
-   * request finds its key's bucket refilled and leaves `floor(limit) - 1`.
+   * The latest RateLimit item written for a grant, and the units remaining and the `t` it states
+   * (NaN before the first): reused while both repeat, as they do under steady traffic, where each
+   * request finds its key's bucket refilled and leaves `floor(limit) - 1`, full again within the
+   * same whole second.
    */
   granted = ''
   grantedRemaining = Number.NaN
+  grantedFullIn = Number.NaN
   /** The latest RateLimit item written for a refusal, and its wait in seconds (NaN before the first). */
   refused = ''
   refusedAfter = Number.NaN
@@ -50,14 +51,21 @@ export class QuotaItems {
     this.public = rule.key === 'source' || rule.key === 'client+source'
     this.policy = `${name};${quotaPolicy(rule.limit, rule.window)}`
     this.quotaPrefix = `${name};r=`
-    this.grantedSuffix = `;t=${Math.ceil(rule.window)}`
+    this.unitMs = rule.window * 1000 / rule.limit
+    this.windowSeconds = Math.ceil(rule.window)
   }
 
-  /** The RateLimit item of a grant that left `remaining` units: the latest one written when it states as many. */
-  grantedItem (remaining: number): string {
-    if (remaining !== this.grantedRemaining) {
-      this.granted = `${this.quotaPrefix}${remaining}${this.grantedSuffix}`
+  /**
+   * The RateLimit item of a grant that left `remaining` units, the bucket full again in
+   * `fullInMs` (`t`, the draft's seconds until the quota is whole again, rounded up; the window,
+   * a bound, when the store does not tell): the latest one written when it states the same.
+   */
+  grantedItem (remaining: number, fullInMs: number | undefined): string {
+    const fullIn = fullInMs === undefined ? this.windowSeconds : Math.max(0, Math.ceil(fullInMs / 1000 - 1e-9))
+    if (remaining !== this.grantedRemaining || fullIn !== this.grantedFullIn) {
+      this.granted = `${this.quotaPrefix}${remaining};t=${fullIn}`
       this.grantedRemaining = remaining
+      this.grantedFullIn = fullIn
     }
     return this.granted
   }
@@ -82,7 +90,7 @@ export interface RefusedBy {
 export interface QuotaHolding {
   readonly quota: QuotaItems
   readonly spend: PaceSpend
-  readonly reservation: { readonly remaining: number }
+  readonly reservation: { readonly remaining: number, readonly fullInMs?: number | undefined }
 }
 
 /**
@@ -91,16 +99,17 @@ export interface QuotaHolding {
  * not read) only when it was accepted, and a unit that the outcome refunds counts as back in its
  * bucket. Without one (null), the plugin answers before the handler: public quotas only, as
  * taken. A public pace that refused the request, `refusedBy`, is listed last with nothing
- * remaining.
+ * remaining. A unit counted as back takes one unit's time off the time until full.
  */
 export function writeQuota (reply: FastifyReply, held: readonly QuotaHolding[], outcome: PaceOutcome | null, refusedBy: RefusedBy | null): void {
   let policy = ''
   let quota = ''
   for (const { quota: items, spend, reservation } of held) {
     if (outcome !== 'accepted' && !items.public) continue
-    const remaining = outcome !== null && refundedOn(outcome, spend) ? reservation.remaining + 1 : reservation.remaining
+    const refunded = outcome !== null && refundedOn(outcome, spend)
+    const { remaining, fullInMs } = reservation
     policy = listItem(policy, items.policy, items.policyList)
-    quota = listItem(quota, items.grantedItem(remaining), items.quotaList)
+    quota = listItem(quota, refunded ? items.grantedItem(remaining + 1, fullInMs === undefined ? undefined : fullInMs - items.unitMs) : items.grantedItem(remaining, fullInMs), items.quotaList)
   }
   if (refusedBy !== null && refusedBy.quota.public) {
     const items = refusedBy.quota

@@ -34,11 +34,13 @@ class RedisReservation implements PaceReservation {
   readonly run: number
   readonly count: number
   readonly at: number
+  readonly fullInMs: number
   #pace: RedisPace | null
   readonly #local: Reservation | null
 
   /**
-   * `reply`: the reserve script's grant, the units left, the run, the grant's number and its time.
+   * `reply`: the reserve script's grant, the units left, the run, the grant's number, its time
+   * and the time until full.
    * `local`: the fallback pace's grant of the same request, if it took one.
    */
   constructor (pace: RedisPace, readonly redisKey: string, reply: Buffer, local: Reservation | null) {
@@ -49,6 +51,8 @@ class RedisReservation implements PaceReservation {
     this.run = reply.readDoubleLE(8)
     this.count = reply.readDoubleLE(16)
     this.at = reply.readDoubleLE(24)
+    const fullInMs = reply.readDoubleLE(32)
+    this.fullInMs = local === null ? fullInMs : Math.max(fullInMs, local.fullInMs)
   }
 
   refund (): void {

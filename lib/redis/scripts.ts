@@ -130,8 +130,9 @@ now = (now % cycle) * rate
  * key whose time has come (or no key, or a value not in the row's format) is a full bucket, and a
  * grant on it begins a new run, so the rest of the row is read only when the run goes on. The
  * reply is one binary string of doubles, little-endian (a table reply cost Redis a tenth of the
- * script's time, converting it): refused, 8 bytes, the wait in ms; granted, 32 bytes, the whole
- * units left and, for the refund, the run, the grant's number in it and its time. ARGV: the rate,
+ * script's time, converting it): refused, 8 bytes, the wait in ms; granted, 40 bytes, the whole
+ * units left, for the refund the run, the grant's number in it and its time, and the ms until the
+ * bucket is full again (the RateLimit header's `t`). ARGV: the rate,
  * and the window in ms for a pace whose window is not one second.
  */
 const RESERVE = `${timeBase(2)}${CLOCK}
@@ -173,7 +174,7 @@ if shortfall > 0.5 then
   return struct.pack('<d', shortfall / rate / perMs)
 end
 redis.call('SET', KEYS[1], struct.pack(layout, format, math.floor(now + after + 0.5) % wrap, run, count, at, marks, rate, window), 'PX', string.format('%d', math.ceil(after / rate / perMs)))
-return struct.pack('<dddd', math.floor((0.5 - shortfall) / unit), run, count, at)
+return struct.pack('<ddddd', math.floor((0.5 - shortfall) / unit), run, count, at, after / rate / perMs)
 `
 
 /**
@@ -341,9 +342,9 @@ export interface RedisClientLike {
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void
 }
 
-/** The reserve script's reply: a refusal, the wait in ms; a grant, the units left, the run, the grant's number and its time. */
+/** The reserve script's reply: a refusal, the wait in ms; a grant, the units left, the run, the grant's number, its time and the ms until full. */
 export const REFUSAL_BYTES = 8
-export const GRANT_BYTES = 32
+export const GRANT_BYTES = 40
 
 /**
  * The commands `defineCommand` adds (ioredis loads each script once and calls it by SHA). The
