@@ -66,7 +66,7 @@ function rateOfBehaviour (t: TapTest, options: (scope: string) => Record<string,
   })
 }
 
-let clock = 5_000_000
+const clock = 5_000_000
 t.test('in memory', async t => rateOfBehaviour(t, () => ({ now: () => clock })))
 
 const client = await redisOrSkip()
