@@ -62,7 +62,7 @@ if (redis !== null) {
     t.match(text.stdout, `${BUDGET}, client ${REPORTING.id} from 127.0.0.1 (Redis key ${JSON.stringify(`${prefix}/token#client+source%3Arejected:${REPORTING.id}\u001f127.0.0.1`)})\n`)
     t.match(text.stdout, /\n {2}remaining {6}0 \(of 5 per 1 h: the rate this row was written at\)\n/, 'read with the row\'s own rate')
     t.match(text.stdout, /\n {2}next unit {6}in (12 min|11 min 5\d s) \(\d{4}-\d\d-\d\dT[\d:.]+Z\)\n/, 'one unit back in 12 minutes')
-    t.match(text.stdout, /\n {2}full in {8}in (1 h|59 min 5\d s) \(/)
+    t.match(text.stdout, /\n {2}full again {5}in (1 h|59 min 5\d s) \(/)
     t.match(text.stdout, /\n {2}blocked until {2}not blocked\n$/)
 
     const json = await cli('inspect', ...pair, '--json')

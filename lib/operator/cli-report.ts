@@ -57,7 +57,7 @@ export function inspectionText (command: CliCommand, row: RowReport, redisKey: s
   return `${head}\n` +
     `  remaining      ${String(row.remaining)} (of ${rate}: the rate this row was written at)\n` +
     `  next unit      ${row.retryAfterMs === 0 ? 'now' : at(now, row.retryAfterMs)}\n` +
-    `  full in        ${at(now, row.fullInMs)}\n` +
+    `  full again     ${at(now, row.fullInMs)}\n` +
     '  blocked until  not blocked\n'
 }
 
