@@ -115,6 +115,89 @@ t.test('a Redis that does not answer: exit 1 once --timeout has passed, and no c
   t.pass('the CLI closed its side of it')
 })
 
+/**
+ * ioredis as the CLI loads it, with a client that answers the store's scripts from `rows` (key ->
+ * the inspect script's five doubles: spent ms, a block's end, Redis's now, the row's limit and
+ * window in ms), for the CLI's output on a machine without Redis; test/cli-redis.test.ts runs the
+ * same commands on a real server.
+ */
+function scriptedIoredis (rows: Map<string, number[]>, calls: string[]) {
+  class Scripted {
+    constructor (readonly target: unknown) {}
+    defineCommand (): void {}
+    async connect (): Promise<void> {}
+    disconnect (): void { calls.push('disconnect') }
+    on (): void {}
+    async exchangepaceInspectBuffer (key: string): Promise<Buffer> {
+      calls.push(`inspect ${key}`)
+      const bytes = Buffer.alloc(40)
+      for (const [i, value] of (rows.get(key) ?? [0, 0, NOW, 0, 0]).entries()) bytes.writeDoubleLE(value, 8 * i)
+      return bytes
+    }
+
+    async exchangepaceReset (key: string): Promise<number> {
+      calls.push(`reset ${key}`)
+      return rows.delete(key) ? 1 : 0
+    }
+
+    async exchangepaceBlockBuffer (key: string, ms: number): Promise<Buffer> {
+      calls.push(`block ${key} ${ms}`)
+      const bytes = Buffer.alloc(8)
+      bytes.writeDoubleLE(NOW + ms, 0)
+      return bytes
+    }
+  }
+  return async () => ({ Redis: Scripted, Cluster: Scripted })
+}
+
+/** Redis's clock in the scripted rows: 2026-12-06T03:00:00Z. */
+const NOW = Date.UTC(2026, 11, 6, 3)
+
+t.test('inspect, reset and block as a person and a script read them (a scripted Redis)', async t => {
+  const budget = 'exchangepace:/token#client+source%3Arejected:reporting-service\u001f203.0.113.7'
+  const rows = new Map([
+    [budget, [3_540_000, 0, NOW, 5, 3_600_000]],
+    ['exchangepace:/token#client:reporting-service', [400, 0, NOW, 5, 1000]],
+    ['exchangepace:/token#source:198.51.100.23', [0, NOW + 3_600_000, NOW, 0, 0]]
+  ])
+  const calls: string[] = []
+  const ioredis = scriptedIoredis(rows, calls)
+  const run = (...argv: string[]) => cli([...argv, '--redis', 'redis://10.0.0.5:6379'], {}, ioredis)
+  const pair = ['--pace', '/token#client+source:rejected', '--client', 'reporting-service', '--source', '203.0.113.7']
+
+  const locked = await run('inspect', ...pair)
+  t.equal(locked.code, 0)
+  t.match(locked.stdout, /^\/token#client\+source:rejected, client reporting-service from 203\.0\.113\.7 \(Redis key "exchangepace:\/token#client\+source%3Arejected:reporting-service\\u001f203\.0\.113\.7"\)\n/)
+  t.match(locked.stdout, /\n {2}remaining {6}0 \(of 5 per 1 h: the rate this row was written at\)\n {2}next unit {6}in 11 min \([\d-]+T[\d:.]+Z\)\n {2}full again {5}in 59 min \(/)
+  t.same(JSON.parse((await run('inspect', ...pair, '--json')).stdout), {
+    action: 'inspect',
+    pace: '/token#client+source:rejected',
+    keyKind: 'client+source',
+    key: 'reporting-service\u001f203.0.113.7',
+    redisKey: budget,
+    bucket: { state: 'spent', remaining: 0, retryAfterMs: 660_000, fullInMs: 3_540_000, blockedUntil: null, limit: 5, windowMs: 3_600_000 }
+  })
+  t.match((await run('inspect', '--pace', '/token#client', '--client', 'reporting-service')).stdout, /remaining {6}3 \(of 5 per 1 s: the rate this row was written at\)\n {2}next unit {6}now\n {2}full again {5}in 400 ms/)
+  t.match((await run('inspect', '--pace', '/token#source', '--source', '198.51.100.23')).stdout, /\n {2}blocked until {2}2026-12-06T04:00:00\.000Z \(in 1 h\); every request is refused until then/)
+  t.match(JSON.parse((await run('inspect', '--pace', '/token#source', '--source', '198.51.100.23', '--json')).stdout).bucket, { state: 'blocked', remaining: 0, retryAfterMs: 3_600_000, blockedUntil: '2026-12-06T04:00:00.000Z' })
+  const full = await run('inspect', '--pace', '/token#client', '--client', 'webapp')
+  t.match(full.stdout, /\n {2}full \(no row in Redis\); the pace's declared rate is not stored there, so how many units it holds is not known from here\.\n/)
+
+  t.equal((await run('reset', ...pair)).stdout, 'reset /token#client+source:rejected, client reporting-service from 203.0.113.7: the bucket is full in Redis, and every replica follows within a second; it was spent (0 left).\n')
+  t.match((await run('reset', '--pace', '/token#source', '--source', '198.51.100.23')).stdout, /; it was blocked\.\n$/)
+  t.match((await run('reset', '--pace', '/token#client', '--client', 'webapp')).stdout, /; it had no row \(already full: nothing to lift; check --pace and the parts if one was expected\)\.\n$/)
+  t.match(JSON.parse((await run('reset', '--pace', '/token#custom', '--key', 'tenant-7', '--json')).stdout), { action: 'reset', keyKind: 'function', key: 'tenant-7', before: { state: 'full' } })
+
+  const blocked = await run('block', '--pace', '/token#source', '--source', '198.51.100.23', '--seconds', '3600')
+  t.equal(blocked.stdout, 'blocked /token#source, source 198.51.100.23 for 1 h, until 2026-12-06T04:00:00.000Z: every replica refuses it until then, then its bucket is full.\n' +
+    '  exchangepace reset with the same options lifts it. Redis cannot tell whether an app declares a pace named "/token#source": check it against fastify.pace.names().\n')
+  t.same(JSON.parse((await run('block', '--pace', '/token#source', '--source', '198.51.100.23', '--seconds', '90', '--json', '--cluster')).stdout), {
+    action: 'block', pace: '/token#source', keyKind: 'source', key: '198.51.100.23', redisKey: 'exchangepace:/token#source:198.51.100.23', seconds: 90, blockedUntil: '2026-12-06T03:01:30.000Z'
+  })
+  t.equal(calls.filter(call => call === 'disconnect').length, 12, 'every run closed its connection')
+  t.ok(calls.includes(`reset ${budget}`) && calls.includes('block exchangepace:/token#source:198.51.100.23 3600000'))
+})
+
 t.test('durations read as a person reads them', async t => {
   const cases: Array<[number, string]> = [
     [0.3, '1 ms'], [750, '750 ms'], [1000, '1 s'], [12_340, '12.4 s'], [60_000, '1 min'], [659_200, '11 min'],
