@@ -3,6 +3,8 @@
 //   POST /token       client_credentials and authorization_code (with PKCE), the client
 //                     authenticated with client_secret_basic or client_secret_post
 //   GET  /authorize   the authorization endpoint of the code flow
+//   /admin/paces      the operator's routes: inspect, reset and block a key of a pace, behind a
+//                     bearer token of their own (ADMIN_TOKEN)
 //
 // The library knows nothing of Fastify: a small adapter hands it the request and sends what it
 // answered. The paces are in TOKEN_ENDPOINT_PACES and AUTHORIZATION_ENDPOINT_PACES; the token
@@ -53,6 +55,20 @@ const CLIENTS = new Map([
 
 /** Compared against when the client id is unknown, so that an unknown id costs as long as a wrong secret. */
 const NO_SECRET = randomBytes(32)
+
+/**
+ * The operator's credential for /admin, when ADMIN_TOKEN does not give one. A real server takes it
+ * from its secret store, and serves /admin on an internal address only.
+ */
+const DEMO_ADMIN_TOKEN = 'admin-s3cret-change-me'
+
+/**
+ * The admin routes' own pace: 5 wrong tokens an hour per source address, so that guessing the
+ * operator's token is slow; the operator's own requests (accepted) are refunded.
+ */
+const ADMIN_PACES = [
+  { limit: 5, window: 3600, key: 'source', spend: 'rejected', name: '/admin#source:rejected' }
+]
 
 /** The signed-in user of the authorization endpoint. A real server signs the user in and asks for consent. */
 const DEMO_USER = { id: 'demo-user' }
@@ -226,16 +242,102 @@ async function routes (app) {
   }, authorizeHandler(new OAuth2Server({ model: authorization, authenticateHandler: { handle: () => DEMO_USER } })))
 }
 
+/** The digest of a token, for a comparison whose time does not depend on where two tokens differ. */
+function digest (token) {
+  return createHash('sha256').update(token).digest()
+}
+
+/** `Authorization: Bearer <token>` (RFC 6750 section 2.1), the scheme in any case, and nothing after the token. */
+const BEARER = /^bearer +([\w\-.~+/]+=*)$/i
+
 /**
- * The server, not yet listening. `options.now` is handed to exchangepace (a monotonic clock in
- * milliseconds; tests pass their own), `options.logger` to Fastify.
+ * The admin routes' guard, a route preHandler (so it runs after the pace's own): a request without
+ * `Authorization: Bearer <the admin token>` is a 401 (RFC 6750) and spends the caller's failure
+ * budget.
+ */
+function adminGuard (adminToken) {
+  const expected = digest(adminToken)
+  return async function guard (request, reply) {
+    const token = BEARER.exec(request.headers.authorization ?? '')?.[1]
+    if (token !== undefined && timingSafeEqual(digest(token), expected)) return
+    request.pace.outcome = 'rejected'
+    reply.header('www-authenticate', 'Bearer realm="admin"')
+    return sendOAuth(reply, 401, { error: 'invalid_token', error_description: 'the admin routes need the admin bearer token' })
+  }
+}
+
+/**
+ * The errors of the admin routes: exchangepace's TypeError for a request it cannot act on (an
+ * unknown pace, parts that do not fit its key, a malformed address, a bad block length) is the
+ * operator's mistake, a 400; anything else is handled as every other error.
+ */
+function adminErrorHandler (error, request, reply) {
+  if (error instanceof TypeError && error.message.startsWith('exchangepace: ')) {
+    return sendOAuth(reply, 400, { error: 'invalid_request', error_description: error.message })
+  }
+  return oauthErrorHandler(error, request, reply)
+}
+
+/** What the operator names: a pace, the key's parts as `fastify.pace` takes them, and a block's length. */
+const OPERATED = {
+  type: 'object',
+  required: ['pace'],
+  properties: {
+    pace: { type: 'string' },
+    client: { type: 'string' },
+    source: { type: 'string' },
+    key: { type: 'string' },
+    seconds: { type: 'number' }
+  }
+}
+
+/** A bucket as the admin routes answer it: `fastify.pace.inspect`'s figures, a block's end in ISO 8601. */
+function inspected (pace, { remaining, retryAfterMs, fullInMs, blockedUntil }) {
+  return { pace, remaining, retryAfterMs: Math.ceil(retryAfterMs), fullInMs: Math.ceil(fullInMs), blockedUntil: blockedUntil?.toISOString() ?? null }
+}
+
+/**
+ * The operator's routes, each a call of `fastify.pace` (docs/operating.md). With a RedisStore they
+ * act for every replica; without one, on this replica only.
+ * - GET  /admin/paces          the pace names
+ * - POST /admin/paces/inspect  { pace, client?, source?, key? }: what the key's bucket holds now
+ * - POST /admin/paces/reset    the same: the bucket full again, a block lifted; answers the bucket after
+ * - POST /admin/paces/block    the same and { seconds }: nothing granted to the key until then
+ */
+async function adminRoutes (app, { adminToken }) {
+  app.setErrorHandler(adminErrorHandler)
+  const route = { config: { pace: ADMIN_PACES }, preHandler: adminGuard(adminToken) }
+  const operated = { ...route, schema: { body: OPERATED } }
+  const who = ({ client, source, key }) => ({ client, source, key })
+  app.get('/admin/paces', route, async () => ({ paces: app.pace.names() }))
+  app.post('/admin/paces/inspect', operated, async request => {
+    const { pace } = request.body
+    return inspected(pace, await app.pace.inspect(pace, who(request.body)))
+  })
+  app.post('/admin/paces/reset', operated, async request => {
+    const { pace } = request.body
+    await app.pace.reset(pace, who(request.body))
+    return inspected(pace, await app.pace.inspect(pace, who(request.body)))
+  })
+  app.post('/admin/paces/block', operated, async request => {
+    const { pace, seconds } = request.body
+    const until = await app.pace.block(pace, who(request.body), seconds)
+    return { pace, blockedUntil: until.toISOString() }
+  })
+}
+
+/**
+ * The server, not yet listening. `options.now` (a monotonic clock in milliseconds; tests pass
+ * their own) and `options.store` (a RedisStore, to share the paces between replicas) are handed to
+ * exchangepace, `options.logger` to Fastify; `options.adminToken` guards /admin.
  */
 export function buildServer (options = {}) {
-  const { logger = false, now } = options
+  const { logger = false, now, store, adminToken = DEMO_ADMIN_TOKEN } = options
   const app = Fastify({ logger })
   app.register(formbody)
-  app.register(exchangePace, now === undefined ? {} : { now })
+  app.register(exchangePace, { now, store })
   app.register(routes)
+  app.register(adminRoutes, { adminToken })
   return app
 }
 
@@ -246,9 +348,12 @@ function isMain (url) {
 
 if (isMain(import.meta.url)) {
   const { PORT: port = '3000' } = process.env
-  const app = buildServer({ logger: true })
+  const app = buildServer({ logger: true, adminToken: process.env.ADMIN_TOKEN })
   await app.listen({ host: '127.0.0.1', port: Number(port) })
   const base = `http://127.0.0.1:${app.server.address().port}`
   console.log(`\n@node-oauth/oauth2-server paced by exchangepace on ${base}; try:\n
-curl -i -u reporting-service:rep-s3cret_2026.v1~ -d grant_type=client_credentials ${base}/token\n`)
+curl -i -u reporting-service:rep-s3cret_2026.v1~ -d grant_type=client_credentials ${base}/token
+curl -H "authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' \\
+  -d '{"pace":"/token#client+source:rejected","client":"reporting-service","source":"127.0.0.1"}' ${base}/admin/paces/inspect
+(without ADMIN_TOKEN in its environment, the server takes the admin token ${DEMO_ADMIN_TOKEN})\n`)
 }

@@ -253,18 +253,24 @@ t.test('Fastify\'s own errors are OAuth error responses; a server error says not
   t.same(failed.json(), { error: 'server_error', error_description: 'the server could not complete the request' })
 })
 
-t.test('node examples/oauth2-server.js listens and issues tokens', async t => {
+t.test('node examples/oauth2-server.js listens, issues tokens and answers its admin route', async t => {
   const script = fileURLToPath(new URL('../examples/oauth2-server.js', import.meta.url))
-  const child = spawn(process.execPath, [script], { env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'ignore'] })
+  const adminToken = 'an-admin-token-of-the-test'
+  const child = spawn(process.execPath, [script], { env: { ...process.env, PORT: '0', ADMIN_TOKEN: adminToken }, stdio: ['ignore', 'pipe', 'ignore'] })
   t.teardown(() => { child.kill() })
   let output = ''
   for await (const chunk of child.stdout) {
     output += String(chunk)
-    if (output.includes('/token\n')) break
+    if (output.includes('the admin token')) break
   }
   const base = /on (http:\/\/127\.0\.0\.1:\d+); try:/.exec(output)![1]
   const curl = /curl -i -u (\S+):(\S+) -d (\S+) (\S+)/.exec(output)!
   t.equal(curl[4], `${base}/token`)
   const response = await fetch(curl[4], { method: 'POST', headers: { ...form, authorization: basic(curl[1], curl[2]) }, body: curl[3] })
   t.equal(response.status, 200, 'the printed curl line gets a token')
+  const adminCurl = /curl -H "authorization: Bearer \$ADMIN_TOKEN" -H 'content-type: application\/json' \\\n {2}-d '(\S+)' (\S+)/.exec(output)!
+  t.equal(adminCurl[2], `${base}/admin/paces/inspect`)
+  const inspected = await fetch(adminCurl[2], { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: adminCurl[1] })
+  t.equal(inspected.status, 200, 'the printed admin line inspects, with the token from ADMIN_TOKEN')
+  t.same(await inspected.json(), { pace: '/token#client+source:rejected', remaining: 5, retryAfterMs: 0, fullInMs: 0, blockedUntil: null })
 })

@@ -1,0 +1,159 @@
+import { parseArgs } from 'node:util'
+import type { PaceKeyName } from '../http/observer.js'
+import { whoKey, type PaceWho } from './who.js'
+
+/**
+ * The command line of `exchangepace`, read into a command the CLI can run, or refused whole with a
+ * `UsageError` that says what is wrong. Nothing here touches Redis: a command that parses is one
+ * the CLI may send, and one that does not changes nothing anywhere.
+ */
+
+/** A command line the CLI cannot run: a missing or malformed part. Exit code 2. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError'
+}
+
+/** What the CLI does to one key of one pace. */
+export type CliAction = 'inspect' | 'reset' | 'block'
+
+/** A command line read, with every part checked and the key made as a request's would be. */
+export interface CliCommand {
+  readonly action: CliAction
+  readonly pace: string
+  readonly keyKind: PaceKeyName
+  readonly who: PaceWho
+  /** The key in the pace's table, made by `whoKey` exactly as the plugin makes a request's. */
+  readonly key: string
+  /** How long a block lasts, in seconds; null for inspect and reset. */
+  readonly seconds: number | null
+  readonly redis: string
+  readonly cluster: boolean
+  readonly prefix: string
+  readonly json: boolean
+  /** The longest wait for Redis, to connect and for each command, in ms. */
+  readonly timeoutMs: number
+}
+
+const ACTIONS: readonly CliAction[] = ['inspect', 'reset', 'block']
+
+/** The longest block, in seconds: a year, as `fastify.pace.block` takes. */
+export const MAX_BLOCK_SECONDS = 365 * 24 * 3600
+
+const OPTIONS = {
+  redis: { type: 'string' },
+  cluster: { type: 'boolean' },
+  prefix: { type: 'string' },
+  pace: { type: 'string' },
+  client: { type: 'string' },
+  source: { type: 'string' },
+  key: { type: 'string' },
+  'ipv6-subnet': { type: 'string' },
+  'max-key-length': { type: 'string' },
+  seconds: { type: 'string' },
+  timeout: { type: 'string' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' }
+} as const
+
+type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS, allowPositionals: true, tokens: true }>>['values']
+
+/** The kind of key each combination of parts names: the CLI cannot ask the app how a pace is keyed. */
+const KINDS: Record<string, PaceKeyName> = {
+  client: 'client',
+  source: 'source',
+  'client,source': 'client+source',
+  key: 'function'
+}
+
+/** `argv` read into a command, or 'help' when help was asked for; a UsageError when it is not one. */
+export function parseCommandLine (argv: readonly string[], env: Readonly<Record<string, string | undefined>>): CliCommand | 'help' {
+  const { values, positionals, tokens } = readArgs(argv)
+  if (values.help === true) return 'help'
+  const repeated = tokens.find((token, at) => token.kind === 'option' && tokens.findIndex(other => other.kind === 'option' && other.name === token.name) !== at)
+  if (repeated?.kind === 'option') throw new UsageError(`--${repeated.name} is given twice; give it once`)
+  const [action, ...extra] = positionals
+  if (action === undefined) throw new UsageError(`give a command: ${ACTIONS.join(', ')}`)
+  if (!ACTIONS.includes(action as CliAction)) throw new UsageError(`unknown command ${JSON.stringify(action)}; the commands are ${ACTIONS.join(', ')}`)
+  if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}; options start with --`)
+  const pace = values.pace
+  if (pace === undefined || pace === '') throw new UsageError('give --pace NAME, the pace\'s name in the app (fastify.pace.names(); by default a route\'s URL, such as /token#client)')
+  const seconds = blockSeconds(action as CliAction, values.seconds)
+  const { keyKind, who, key } = keyOf(pace, values)
+  return {
+    action: action as CliAction,
+    pace,
+    keyKind,
+    who,
+    key,
+    seconds,
+    redis: redisUrl(values.redis ?? env.REDIS_URL),
+    cluster: values.cluster === true,
+    prefix: values.prefix ?? 'exchangepace:',
+    json: values.json === true,
+    timeoutMs: number('--timeout', values.timeout ?? '5', 0.001, 600) * 1000
+  }
+}
+
+function readArgs (argv: readonly string[]) {
+  try {
+    return parseArgs({ args: [...argv], options: OPTIONS, allowPositionals: true, strict: true, tokens: true })
+  } catch (err) {
+    throw new UsageError((err as Error).message)
+  }
+}
+
+/** The seconds of a block: required by block, refused elsewhere, > 0 and at most a year. */
+function blockSeconds (action: CliAction, given: string | undefined): number | null {
+  if (action !== 'block') {
+    if (given !== undefined) throw new UsageError(`--seconds is for block only; ${action} takes none`)
+    return null
+  }
+  if (given === undefined) throw new UsageError('block needs --seconds N, how long the block lasts')
+  return number('--seconds', given, Number.MIN_VALUE, MAX_BLOCK_SECONDS)
+}
+
+/** The kind of key the parts given name, and the key, made as the plugin makes a request's. */
+function keyOf (pace: string, values: Values): { keyKind: PaceKeyName, who: PaceWho, key: string } {
+  const parts = (['client', 'source', 'key'] as const).filter(part => values[part] !== undefined)
+  const keyKind = KINDS[parts.join(',')]
+  if (keyKind === undefined) {
+    const given = parts.length === 0 ? 'none' : parts.map(part => `--${part}`).join(' and ')
+    throw new UsageError(`give the key by --client ID, --source ADDR, both (a pair's failure budget), or --key KEY alone (a key function's pace); got ${given}`)
+  }
+  const who: PaceWho = Object.fromEntries(parts.map(part => [part, values[part]]))
+  const making = {
+    ipv6Subnet: integer('--ipv6-subnet', values['ipv6-subnet'] ?? '64', 1, 128),
+    maxKeyLength: integer('--max-key-length', values['max-key-length'] ?? '255', 1, Number.MAX_SAFE_INTEGER)
+  }
+  try {
+    return { keyKind, who, key: whoKey(pace, keyKind, who, making) }
+  } catch (err) {
+    throw new UsageError((err as Error).message.replace(/^exchangepace: /, ''))
+  }
+}
+
+/** The Redis URL, which must be one: the CLI never guesses a server to act on. */
+function redisUrl (given: string | undefined): string {
+  if (given === undefined || given === '') throw new UsageError('give --redis URL (or set REDIS_URL), such as redis://10.0.0.5:6379')
+  let url: URL | null = null
+  try {
+    url = new URL(given)
+  } catch {}
+  if (url === null || (url.protocol !== 'redis:' && url.protocol !== 'rediss:') || url.hostname === '') {
+    throw new UsageError(`--redis must be a redis:// or rediss:// URL with a host, got ${JSON.stringify(given)}`)
+  }
+  return given
+}
+
+/** A decimal number from `min` to `max` written plainly (no sign, exponent or hex). */
+function number (option: string, text: string, min: number, max: number): number {
+  const value = /^\d+(\.\d+)?$/.test(text) ? Number(text) : NaN
+  if (!(value >= min && value <= max)) throw new UsageError(`${option} must be a number > 0 and <= ${max}, got ${JSON.stringify(text)}`)
+  return value
+}
+
+function integer (option: string, text: string, min: number, max: number): number {
+  const value = /^\d+$/.test(text) ? Number(text) : NaN
+  if (!(value >= min && value <= max)) throw new UsageError(`${option} must be a whole number from ${min} to ${max}, got ${JSON.stringify(text)}`)
+  return value
+}

@@ -1,0 +1,141 @@
+import t from 'tap'
+import { buildServer } from '../examples/oauth2-server.js'
+import { RedisStore } from '../lib/index.js'
+import { main } from '../lib/operator/cli.js'
+import { NO_ROW } from '../lib/operator/cli-report.js'
+import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
+
+/**
+ * `exchangepace inspect|reset|block` against a real Redis, on the keys of examples/oauth2-server.js
+ * run with a RedisStore: what the CLI does there, the app (every replica) follows. Skipped without
+ * Redis outside CI, as test/helpers/redis.ts says.
+ */
+
+const redis = await redisOrSkip()
+if (redis !== null) {
+  const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+  const prefix = uniquePrefix('cli')
+  t.teardown(async () => {
+    const keys = await redis.keys(`${prefix}*`)
+    if (keys.length > 0) await redis.del(...keys)
+  })
+  const app = buildServer({ store: new RedisStore({ client: redis, prefix }) })
+  t.teardown(() => app.close())
+  await app.ready()
+
+  const REPORTING = { id: 'reporting-service', secret: 'rep-s3cret_2026.v1~' }
+  const BUDGET = '/token#client+source:rejected'
+  const token = (secret: string, remoteAddress = '127.0.0.1') => app.inject({
+    method: 'POST',
+    url: '/token',
+    remoteAddress,
+    headers: { authorization: `Basic ${Buffer.from(`${REPORTING.id}:${secret}`).toString('base64')}`, 'content-type': 'application/x-www-form-urlencoded' },
+    payload: 'grant_type=client_credentials'
+  })
+  const cli = async (...argv: string[]) => {
+    const out = { stdout: '', stderr: '', code: -1 }
+    out.code = await main([...argv, '--redis', url, '--prefix', prefix], {
+      stdout: { write: (text: string) => { out.stdout += text } },
+      stderr: { write: (text: string) => { out.stderr += text } },
+      env: {}
+    })
+    return out
+  }
+  /**
+   * Every key under the test's prefix that lives longer than a minute (a one-second pace's rows
+   * expire on their own meanwhile), with its value: what "nothing changed" compares.
+   */
+  const snapshot = async () => {
+    const keys = (await redis.keys(`${prefix}*`)).sort()
+    const rows = await Promise.all(keys.map(async key => ({ key, value: (await redis.getBuffer(key))?.toString('hex'), ttl: await redis.pttl(key) })))
+    return rows.filter(row => row.ttl > 60_000).map(({ key, value }) => [key, value])
+  }
+  const pair = ['--pace', BUDGET, '--client', REPORTING.id, '--source', '127.0.0.1']
+
+  t.test('a client locked out after a bad secret rotation: inspect shows it, reset ends it', async t => {
+    for (let i = 0; i < 5; i++) t.equal((await token('rep-s3cret_2025.v0~')).statusCode, 401)
+    t.equal((await token(REPORTING.secret)).statusCode, 429, 'locked out')
+
+    const text = await cli('inspect', ...pair)
+    t.equal(text.code, 0)
+    t.equal(text.stderr, '')
+    t.match(text.stdout, `${BUDGET}, client ${REPORTING.id} from 127.0.0.1 (Redis key ${JSON.stringify(`${prefix}/token#client+source%3Arejected:${REPORTING.id}\u001f127.0.0.1`)})\n`)
+    t.match(text.stdout, /\n {2}remaining {6}0 \(of 5 per 1 h: the rate this row was written at\)\n/, 'read with the row\'s own rate')
+    t.match(text.stdout, /\n {2}next unit {6}in (12 min|11 min 5\d s) \(\d{4}-\d\d-\d\dT[\d:.]+Z\)\n/, 'one unit back in 12 minutes')
+    t.match(text.stdout, /\n {2}full again {5}in (1 h|59 min 5\d s) \(/)
+    t.match(text.stdout, /\n {2}blocked until {2}not blocked\n$/)
+
+    const json = await cli('inspect', ...pair, '--json')
+    const inspected = JSON.parse(json.stdout)
+    t.match(inspected, { action: 'inspect', pace: BUDGET, keyKind: 'client+source', key: `${REPORTING.id}\u001f127.0.0.1`, bucket: { state: 'spent', remaining: 0, blockedUntil: null, limit: 5, windowMs: 3_600_000 } })
+    t.ok(inspected.bucket.retryAfterMs > 700_000 && inspected.bucket.retryAfterMs <= 720_000, 'the wait in whole ms')
+    t.equal(inspected.bucket.fullInMs, inspected.bucket.retryAfterMs + 2_880_000, 'four more units after the first')
+
+    const reset = await cli('reset', ...pair)
+    t.same(reset, { stdout: `reset ${BUDGET}, client ${REPORTING.id} from 127.0.0.1: the bucket is full in Redis, and every replica follows within a second; it was spent (0 left).\n`, stderr: '', code: 0 })
+    t.equal((await token(REPORTING.secret)).statusCode, 200, 'the next token is granted')
+    const again = await cli('reset', ...pair, '--json')
+    t.match(JSON.parse(again.stdout), { action: 'reset', pace: BUDGET, before: { state: 'full', remaining: null, note: NO_ROW } })
+    t.match((await cli('reset', ...pair)).stdout, /it had no row \(already full: nothing to lift; check --pace and the parts if one was expected\)\.\n$/)
+  })
+
+  t.test('a full bucket has no row: the CLI says what it cannot know', async t => {
+    const out = await cli('inspect', '--pace', '/token#client', '--client', 'webapp')
+    t.equal(out.code, 0)
+    t.match(out.stdout, `\n  ${NO_ROW}.\n  Pace names are not stored in Redis either: if a row was expected, check --pace against the app's fastify.pace.names(), the parts, and --prefix.\n`)
+    const json = JSON.parse((await cli('inspect', '--pace', 'custom', '--key', 'tenant-7', '--json')).stdout)
+    t.same(json, {
+      action: 'inspect',
+      pace: 'custom',
+      keyKind: 'function',
+      key: 'tenant-7',
+      redisKey: `${prefix}custom:tenant-7`,
+      bucket: { state: 'full', remaining: null, retryAfterMs: 0, fullInMs: 0, blockedUntil: null, limit: null, windowMs: null, note: NO_ROW }
+    })
+  })
+
+  t.test('a spent bucket with units left, read at its own rate', async t => {
+    t.equal((await token(REPORTING.secret)).statusCode, 200)
+    const out = await cli('inspect', '--pace', '/token#client', '--client', REPORTING.id)
+    t.match(out.stdout, /\n {2}remaining {6}[34] \(of 5 per 1 s: the rate this row was written at\)\n {2}next unit {6}now\n/)
+  })
+
+  t.test('block an address now: every request from it is refused until the end; reset lifts it', async t => {
+    const out = await cli('block', '--pace', '/token#source', '--source', '2001:db8::1', '--seconds', '600')
+    t.equal(out.code, 0)
+    t.match(out.stdout, /^blocked \/token#source, source 2001:db8::1 for 10 min, until \d{4}-[\d-]+T[\d:.]+Z: every replica refuses it until then, then its bucket is full\.\n/)
+    t.equal(await redis.exists(`${prefix}/token#source:2001:db8:0:0::/64`), 1, 'the key of the address\'s /64, as the app makes it')
+    const refused = await token(REPORTING.secret, '2001:db8::2:3')
+    t.equal(refused.statusCode, 429, 'another address of the /64 is refused')
+    t.equal(refused.headers['retry-after'], '600')
+    const inspected = await cli('inspect', '--pace', '/token#source', '--source', '2001:db8::/64')
+    t.match(inspected.stdout, /\n {2}blocked until {2}[\d-]+T[\d:.]+Z \(in (10 min|9 min 5\d s)\); every request is refused until then, and the bucket is full after it\.\n {2}reset lifts it/)
+    const json = JSON.parse((await cli('block', '--pace', '/token#source', '--source', '2001:db8::1', '--seconds', '300.5', '--json')).stdout)
+    t.match(json, { action: 'block', pace: '/token#source', keyKind: 'source', key: '2001:db8:0:0::/64', seconds: 300.5, blockedUntil: /Z$/ })
+    t.match(JSON.parse((await cli('inspect', '--pace', '/token#source', '--source', '2001:db8::9', '--json')).stdout), { bucket: { state: 'blocked', remaining: 0, limit: null } })
+    t.match((await cli('reset', '--pace', '/token#source', '--source', '2001:db8::1')).stdout, /it was blocked\.\n$/)
+    t.equal((await token(REPORTING.secret, '2001:db8::2:3')).statusCode, 200, 'lifted')
+  })
+
+  t.test('bad input changes nothing in Redis', async t => {
+    await token('a-wrong-secret')
+    await cli('block', '--pace', '/token#client', '--client', 'webapp', '--seconds', '600')
+    const before = await snapshot()
+    t.equal(before.length, 2, 'a failure budget\'s row and a block to keep')
+    const bad: string[][] = [
+      ['unblock', ...pair],
+      ['block', ...pair, '--seconds=-5'],
+      ['block', ...pair],
+      ['reset', '--client', REPORTING.id, '--source', '127.0.0.1'],
+      ['reset', '--pace', BUDGET, '--source', '127.0.0'],
+      ['reset', '--pace', BUDGET, '--client', REPORTING.id, '--key', 'k'],
+      ['reset', ...pair, '--seconds', '60']
+    ]
+    for (const argv of bad) {
+      const out = await cli(...argv)
+      t.equal(out.code, 2, argv.join(' '))
+      t.match(out.stderr, /^exchangepace: /)
+    }
+    t.same(await snapshot(), before, 'every key as it was')
+  })
+}
