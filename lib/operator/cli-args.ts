@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util'
 import type { PaceKeyName } from '../http/observer.js'
 import { whoKey, type PaceWho } from './who.js'
+import { MAX_BLOCK_SECONDS } from './registry.js'
 
 /**
  * The command line of `exchangepace`, read into a command the CLI can run, or refused whole with a
@@ -35,9 +36,6 @@ export interface CliCommand {
 }
 
 const ACTIONS: readonly CliAction[] = ['inspect', 'reset', 'block']
-
-/** The longest block, in seconds: a year, as `fastify.pace.block` takes. */
-export const MAX_BLOCK_SECONDS = 365 * 24 * 3600
 
 const OPTIONS = {
   redis: { type: 'string' },

@@ -28,7 +28,7 @@ export interface RegistryContext extends KeyMaking {
 }
 
 /** The longest block, in seconds: a year, as the longest window. */
-const MAX_BLOCK_SECONDS = 365 * 24 * 3600
+export const MAX_BLOCK_SECONDS = 365 * 24 * 3600
 
 /**
  * `fastify.pace`: the paces of this instance, one per name, and what an operator does with them.
