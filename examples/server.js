@@ -187,7 +187,7 @@ function oauthErrorHandler (error, _request, reply) {
  * token endpoint. The failure budget comes first: a guesser whose budget is spent is refused
  * before it touches the client's own pace.
  */
-function clientPaces (perClient, perSource, exceptGrantTypes) {
+function clientPaces (perClient, perSource) {
   return [
     // Failed client authentications per (declared client id, source address): five, then one
     // every 12 minutes, so guessing a secret is slow (docs/benchmarks.md, the guessing part), and
@@ -195,27 +195,30 @@ function clientPaces (perClient, perSource, exceptGrantTypes) {
     { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
     // Requests per declared client id: only those of authenticated clients spend, so a stranger
     // naming a client cannot spend its pace.
-    { perSecond: perClient, key: 'client', spend: 'accepted', exceptGrantTypes },
+    { perSecond: perClient, key: 'client', spend: 'accepted' },
     // A ceiling per source address on every request, whatever it names.
     { perSecond: perSource, key: 'source', spend: 'every' }
   ]
 }
 
+/** The token endpoint's paces for client_credentials, as the README recommends them (the benchmarks' too). */
+export const TOKEN_PACES = clientPaces(5, 50)
+
 /**
- * The token endpoint's paces, per grant. Exchanges spend the client's own pace; a device's polls
- * spend its device_code's, at the interval handed out, and not its client's: a device client is
- * public (anyone can name it) and all its devices share its id.
- * `slowDown` shapes the device pace's refusal (device-flow.js).
+ * The token endpoint's paces, per grant: TOKEN_PACES, and a device's polls paced by its
+ * device_code at the interval handed out. The polls do not spend their client's pace: a device
+ * client is public (anyone can name it) and all its devices share its id. `slowDown` shapes the
+ * device pace's refusal (device-flow.js).
  */
 export function tokenPaces (slowDown) {
-  const [failures, exchanges, ceiling] = clientPaces(5, 50, [DEVICE_GRANT])
+  const [failures, exchanges, ceiling] = TOKEN_PACES
   return [
     // Polls per device code: one per interval, answered 400 slow_down when faster (RFC 8628
     // section 3.5). Every poll counts: a pending answer is an answer. First, so that a poll too
     // soon takes nothing from the paces after it.
     { limit: 1, window: DEVICE_INTERVAL, key: 'device_code', spend: 'every', refusal: slowDown },
     failures,
-    exchanges,
+    { ...exchanges, exceptGrantTypes: [DEVICE_GRANT] },
     ceiling
   ]
 }

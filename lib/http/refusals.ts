@@ -16,8 +16,9 @@ import type { PaceReservation } from '../store.js'
  * Answers the refusal of the pace `rule` that refused with `reservation`: 429 with Retry-After in
  * whole seconds (at least 1), the public quotas the request holds from earlier hooks and the
  * refusing pace's own at zero, and the body `build` makes, as built; the pace's own refusal, when
- * it has one, chooses the status, the body and further headers. Both are computed before the reply
- * is touched, so that one that throws leaves the error handler a clean reply.
+ * it has one, chooses the status, the body and further headers. The pace's refusal is asked before
+ * the reply is touched (one that throws leaves the error handler a clean reply); a builder that
+ * throws leaves the refusal's status for the error handler, as it always has.
  */
 export function refuse (request: FastifyRequest, reply: FastifyReply, rule: PaceRule, quota: QuotaItems, reservation: PaceReservation,
   held: readonly QuotaHolding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object): void {
@@ -25,11 +26,10 @@ export function refuse (request: FastifyRequest, reply: FastifyReply, rule: Pace
   const refusal: PaceRefusal = { statusCode: 429, name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, retryAfterMs: reservation.retryAfterMs, retryAfter }
   const own = rule.refusal?.(request, refusal)
   const statusCode = own?.statusCode ?? 429
-  const body = own?.body ?? build(request, statusCode === 429 ? refusal : { ...refusal, statusCode })
   noStore(reply.code(statusCode).header('retry-after', retryAfter))
   writeQuota(reply, held, null, { quota, retryAfter })
   if (own?.headers !== undefined) reply.headers(own.headers)
-  sendSerialized(reply, body)
+  sendSerialized(reply, own?.body ?? build(request, statusCode === 429 ? refusal : { ...refusal, statusCode }))
 }
 
 /** Answers 400 invalid_request for a malformed key declaration, saying what is wrong. */
