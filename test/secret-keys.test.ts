@@ -2,7 +2,7 @@ import t from 'tap'
 import { createHash } from 'node:crypto'
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import formbody from '@fastify/formbody'
-import exchangePace, { RedisStore, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
+import exchangePace, { RedisStore, secretKey as exported, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
 import { bearerKey, deviceCodeKey, secretKey } from '../lib/keys/secrets.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 import { form, type TapTest } from './shared-behaviour.js'
@@ -22,6 +22,7 @@ t.test('a secret key is 128 bits of its SHA-256, base64url, the same on every ca
   t.equal(secretKey(DEVICE_CODE), expectedKey(DEVICE_CODE))
   t.equal(secretKey(DEVICE_CODE).length, 22)
   t.not(secretKey('a'), secretKey('b'))
+  t.equal(exported, secretKey, 'exported for key functions of secrets of the application\'s own')
 })
 
 t.test('device_code: read from the body once, as a string; absent or empty takes nothing', async t => {

@@ -5,6 +5,7 @@ import exchangePace, {
   Pace,
   PaceRegistry,
   PaceTicket,
+  secretKey,
   type ExchangePaceOptions,
   type PaceCounts,
   type PaceEvent,
@@ -128,5 +129,7 @@ const perToken: PaceRefusalOption = (request: FastifyRequest, refusal: PaceRefus
 })
 app.get('/userinfo', { config: { pace: { perSecond: 2, key: 'bearer', spend: 'every', refusal: perToken, exceptGrantTypes: undefined } } }, async () => ({ sub: 'x' }))
 const hashedKinds: PaceKeyName[] = ['device_code', 'bearer']
+// A secret of the application's own, keyed by its hash as the built-in keys are.
+app.post('/refresh', { config: { pace: { perSecond: 1, key: (request: FastifyRequest) => secretKey(String((request.body as { refresh_token?: unknown }).refresh_token)), spend: 'every' } } }, async () => ({}))
 
 export { size, names, ticket, refusedSoFar, hashedKinds }
