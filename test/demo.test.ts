@@ -74,11 +74,16 @@ t.test('the authorization endpoint spends per source', async t => {
 
 t.test('the rows left are those of the keys that spent', async t => {
   t.same(rows, [
+    { name: '/token#device_code', limit: 1, window: 5, rows: 0 },
     { name: '/token#client+source:rejected', limit: 5, window: 3600, rows: 1 + flood.rejected },
     { name: '/token#client', limit: 5, window: 1, rows: 1 },
     { name: '/token#source', limit: 50, window: 1, rows: 1 },
-    { name: '/authorize', limit: 10, window: 1, rows: 1 }
-  ], 'the failure budget keeps one row per id and address that failed: the guesser\'s, and each flooding id\'s')
+    { name: '/authorize', limit: 10, window: 1, rows: 1 },
+    ...['/par', '/introspect', '/revoke'].flatMap(route => [`${route}#client+source:rejected`, `${route}#client`, `${route}#source`]).map(name => ({ name, rows: 0 })),
+    { name: '/device_authorization#client+source:rejected', rows: 0 },
+    { name: '/device_authorization#source', rows: 0 },
+    { name: '/device', rows: 0 }
+  ].map(row => ({ ...rows.find(r => r.name === row.name), ...row })), 'the failure budget keeps one row per id and address that failed: the guesser\'s, and each flooding id\'s')
 })
 
 t.test('the printed table shows every phase with its counts', async t => {

@@ -1,6 +1,8 @@
 import t from 'tap'
 import { buildServer } from '../examples/server.js'
 
+const DEVICE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code'
+
 /**
  * The example server's OpenAPI document, read back the way a client of the API would: every paced
  * route states its rate, its key, that the rate is per replica, and the 429 it may answer.
@@ -21,17 +23,19 @@ async function openapi (tt: typeof t) {
   return { app, spec: response.json() as { paths: Record<string, Record<string, Operation>> } }
 }
 
-t.test('the token route states its three paces, their keys, and that they are per replica', async t => {
+t.test('the token route states its four paces, their keys, and that they are per replica', async t => {
   const { spec } = await openapi(t)
   const token = spec.paths['/token'].post
   t.match(token.description, /^Issues access tokens for the client_credentials grant/, 'the route keeps its own description first')
-  t.match(token.description, '5 requests per second per declared client id (rejected exchanges are refunded)')
+  t.match(token.description, `5 requests per second per declared client id except for grant_type ${DEVICE_GRANT} (rejected exchanges are refunded)`)
+  t.match(token.description, '1 request per 5 seconds per device code (every request counts)')
   t.match(token.description, '50 requests per second per source address (every request counts)')
   t.match(token.description, '5 failed client authentications per hour per declared client id and source address (accepted exchanges are refunded)')
   t.match(token.description, 'per replica')
   t.same(token['x-exchangepace'], {
     scope: 'per replica',
     paces: [
+      { name: '/token#device_code', perSecond: 0.2, limit: 1, window: 5, key: 'device code', spend: 'every' },
       { name: '/token#client+source:rejected', perSecond: 5 / 3600, limit: 5, window: 3600, key: 'declared client id and source address', spend: 'rejected' },
       { name: '/token#client', perSecond: 5, limit: 5, window: 1, key: 'declared client id', spend: 'accepted' },
       { name: '/token#source', perSecond: 50, limit: 50, window: 1, key: 'source address', spend: 'every' }
@@ -53,7 +57,16 @@ t.test('the authorization route states its per-source pace, per replica', async 
 
 t.test('every paced route documents the 429 beside its own responses', async t => {
   const { spec } = await openapi(t)
-  for (const [path, method, own] of [['/token', 'post', ['200', '400', '401']], ['/authorize', 'get', ['302', '400']]] as const) {
+  const routes = [
+    ['/token', 'post', ['200', '400', '401']],
+    ['/authorize', 'get', ['302', '400']],
+    ['/par', 'post', ['201', '400', '401']],
+    ['/introspect', 'post', ['200', '401', '403']],
+    ['/revoke', 'post', ['200', '400', '401']],
+    ['/device_authorization', 'post', ['200', '400', '401']],
+    ['/device', 'post', ['400']]
+  ] as const
+  for (const [path, method, own] of routes) {
     const responses = spec.paths[path][method].responses
     t.same(Object.keys(responses).sort(), [...own, '429'].sort(), `${path} keeps its responses and adds 429`)
     t.match(responses['429'].description, /Too many requests.*per replica.*Retry-After/)
@@ -63,7 +76,7 @@ t.test('every paced route documents the 429 beside its own responses', async t =
 
 t.test('the document lists only the API routes', async t => {
   const { spec } = await openapi(t)
-  t.same(Object.keys(spec.paths).sort(), ['/authorize', '/token'])
+  t.same(Object.keys(spec.paths).sort(), ['/authorize', '/device', '/device_authorization', '/introspect', '/par', '/revoke', '/token'])
   t.same(Object.keys(spec.paths['/authorize']), ['get'], 'the HEAD route Fastify adds is not listed')
 })
 

@@ -1,6 +1,7 @@
 import t from 'tap'
-import { exchangePace, type PaceStore } from '../lib/index.js'
 import Fastify from 'fastify'
+import formbody from '@fastify/formbody'
+import { exchangePace, secretKey, type PaceStore } from '../lib/index.js'
 import { operatorBehaviour } from './operator-behaviour.js'
 
 // The operator's API on the default store, this replica's memory, on a clock of the test's.
@@ -41,4 +42,19 @@ t.test('a pace with a key function is given by its key', async t => {
   t.equal((await app.pace.inspect('/tenant', { key: 'acme' })).remaining, 1)
   await t.rejects(app.pace.inspect('/tenant', { client: 'acme' }), { message: /is keyed by function: give \{ key \}/ })
   await t.rejects(app.pace.inspect('/tenant', { key: '' }), { message: /key must not be empty/ })
+})
+
+t.test('a pace keyed by a device code is given by the hash the logs show, never the code', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(formbody)
+  await app.register(exchangePace, { now: () => clock })
+  app.post('/token', { config: { pace: { limit: 1, window: 5, key: 'device_code', spend: 'every', refusal: { statusCode: 400, body: { error: 'slow_down' } } } } }, async () => ({ error: 'authorization_pending' }))
+  await app.ready()
+  const poll = async (): Promise<number> => (await app.inject({ method: 'POST', url: '/token', payload: 'grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Adevice_code&device_code=GmRhmhcxhwAzkoEqiMEg', headers: { 'content-type': 'application/x-www-form-urlencoded' } })).statusCode
+  t.same([await poll(), await poll()], [200, 400])
+  t.equal((await app.pace.inspect('/token', { key: secretKey('GmRhmhcxhwAzkoEqiMEg') })).remaining, 0)
+  t.equal((await app.pace.inspect('/token', { key: 'GmRhmhcxhwAzkoEqiMEg' })).remaining, 1, 'the code itself is no key')
+  await app.pace.reset('/token', { key: secretKey('GmRhmhcxhwAzkoEqiMEg') })
+  t.equal(await poll(), 200)
 })

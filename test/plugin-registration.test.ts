@@ -124,8 +124,8 @@ t.test('route config errors name the route, the option and the value', async t =
     [{ perSecond: 1e12, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got 1000000000000'],
     [{ perSecond: 10n, key: 'client', spend: 'accepted' }, 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got 10'],
     [{ key: 'client', spend: 'accepted' }, 'route POST /token: config.pace declares no rate: give perSecond, or limit with window'],
-    [{ perSecond: 10, key: 'ip', spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'] or a function (request) => string | undefined, got "ip"'],
-    [{ perSecond: 10, key: Symbol('client'), spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'] or a function (request) => string | undefined, got Symbol(client)'],
+    [{ perSecond: 10, key: 'ip', spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'], \'device_code\', \'bearer\' or a function (request) => string | undefined, got "ip"'],
+    [{ perSecond: 10, key: Symbol('client'), spend: 'accepted' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'], \'device_code\', \'bearer\' or a function (request) => string | undefined, got Symbol(client)'],
     [{ perSecond: 10, key: 'client', spend: 'sometimes' }, 'route POST /token: config.pace.spend must be \'accepted\', \'rejected\' or \'every\', got "sometimes"'],
     [{ perSecond: 10, key: 'client' }, 'route POST /token: config.pace.spend must be \'accepted\', \'rejected\' or \'every\', got undefined'],
     [{ perSecond: 10, key: 'client', spend: 'accepted', name: '' }, 'route POST /token: config.pace.name must be a non-empty string of printable ASCII, got ""'],
@@ -137,8 +137,8 @@ t.test('route config errors name the route, the option and the value', async t =
     [null, 'route POST /token: config.pace must be an object { perSecond or limit and window, key, spend, name? }, got null'],
     [circular(), 'route POST /token: config.pace.perSecond must be a number from 1 to 999999999999, got [object Object]'],
     [[], 'route POST /token: config.pace must be a pace or a non-empty array of paces, got []'],
-    [{ perSecond: 10, key: 'client', spend: 'accepted', nmae: 'token' }, 'route POST /token: config.pace.nmae is not an option of a pace (perSecond, limit, window, key, spend, name, rateOf)'],
-    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'every', max: 5 }], 'route POST /token: config.pace[1].max is not an option of a pace (perSecond, limit, window, key, spend, name, rateOf)'],
+    [{ perSecond: 10, key: 'client', spend: 'accepted', nmae: 'token' }, 'route POST /token: config.pace.nmae is not an option of a pace (perSecond, limit, window, key, spend, name, rateOf, refusal, exceptGrantTypes)'],
+    [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'every', max: 5 }], 'route POST /token: config.pace[1].max is not an option of a pace (perSecond, limit, window, key, spend, name, rateOf, refusal, exceptGrantTypes)'],
     [[{ perSecond: 10, key: 'client', spend: 'accepted' }, 5], 'route POST /token: config.pace[1] must be an object { perSecond or limit and window, key, spend, name? }, got 5'],
     [[{ perSecond: 10, key: 'client', spend: 'accepted' }, { perSecond: 10, key: 'source', spend: 'never' }], 'route POST /token: config.pace[1].spend must be \'accepted\', \'rejected\' or \'every\', got "never"'],
     [{ limit: 0.5, window: 1, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace.limit must be a number from 1 to 999999999999, got 0.5'],
@@ -149,8 +149,8 @@ t.test('route config errors name the route, the option and the value', async t =
     [{ limit: 10, window: '600', key: 'client', spend: 'rejected' }, 'route POST /token: config.pace.window must be a number of seconds > 0 and <= 31536000 (a year), got "600"'],
     [{ perSecond: 10, limit: 10, window: 600, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace declares perSecond and limit: give perSecond, or limit with window, not both'],
     [{ perSecond: 10, window: 600, key: 'client', spend: 'rejected' }, 'route POST /token: config.pace declares perSecond and window: give perSecond, or limit with window, not both'],
-    [{ perSecond: 10, key: ['source', 'client'], spend: 'rejected' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'] or a function (request) => string | undefined, got ["source","client"]'],
-    [{ perSecond: 10, key: ['client'], spend: 'rejected' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'] or a function (request) => string | undefined, got ["client"]'],
+    [{ perSecond: 10, key: ['source', 'client'], spend: 'rejected' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'], \'device_code\', \'bearer\' or a function (request) => string | undefined, got ["source","client"]'],
+    [{ perSecond: 10, key: ['client'], spend: 'rejected' }, 'route POST /token: config.pace.key must be \'client\', \'source\', [\'client\', \'source\'], \'device_code\', \'bearer\' or a function (request) => string | undefined, got ["client"]'],
     [[{ limit: 10, window: 600, key: 'source', spend: 'rejected' }, { limit: 100, window: 86400, key: 'source', spend: 'rejected' }], 'route POST /token: config.pace must be paces with distinct names (two are named "/token#source:rejected"), got "/token#source:rejected"']
   ]
   for (const [pace, message] of cases) {

@@ -9,7 +9,7 @@ import type { PaceOutcome } from './ticket.js'
  */
 
 /** The kind of a pace's key, as events and logs name it. */
-export type PaceKeyName = 'client' | 'source' | 'client+source' | 'function'
+export type PaceKeyName = 'client' | 'source' | 'client+source' | 'device_code' | 'bearer' | 'function'
 
 /** One decision of a pace, as `onEvent` receives it. */
 export interface PaceEvent {
@@ -24,7 +24,10 @@ export interface PaceEvent {
   /** The pace's name (its table in `fastify.pace`). */
   readonly name: string
   readonly keyKind: PaceKeyName
-  /** The key: a declared client id, a source, a pair, a custom key; undefined for `'invalid'`. */
+  /**
+   * The key: a declared client id, a source, a pair, a custom key, the hash of a device code or
+   * bearer token (never the secret); undefined for `'invalid'`.
+   */
   readonly key: string | undefined
   /**
    * For `'refunded'`: the exchange's outcome that gave the unit back, or null when the unit went
@@ -68,7 +71,7 @@ export function keyName (kind: PaceKeyKind): PaceKeyName {
  * One plugin instance's observer. Log levels: a refusal and a malformed key at info, a refund at
  * debug (every failed exchange has one). A declared client id (alone, in a pair, or a custom key,
  * which may be one) is logged only with `logClientIds`; a source address always, as Fastify's own
- * request log has it. A hook that throws is logged once per pace, at error, and ignored.
+ * request log has it, and so is the hash that keys a device code or a bearer token. A hook that throws is logged once per pace, at error, and ignored.
  */
 export class Observer {
   readonly #onEvent: PaceEventHook | undefined
@@ -109,11 +112,12 @@ export class Observer {
   }
 
   /**
-   * The key as a log line may show it: a source always, a client id only when the operator opted
-   * in; undefined, which the logger leaves out, otherwise.
+   * The key as a log line may show it: a source, or the hash of a device code or bearer token,
+   * always; a client id only when the operator opted in; undefined, which the logger leaves out,
+   * otherwise.
    */
   #shown (pace: Observed, key: string): string | undefined {
-    if (pace.keyKind === 'source') return key
+    if (pace.keyKind === 'source' || pace.keyKind === 'device_code' || pace.keyKind === 'bearer') return key
     if (!this.#logClientIds) return undefined
     return pace.keyKind === 'client+source' ? key.replace('\u001f', ' @ ') : key
   }

@@ -34,7 +34,8 @@ export interface ExchangePaceOptions {
 
 /** What `errorResponseBuilder` is told about a refusal. */
 export interface PaceRefusal {
-  statusCode: 429
+  /** The status the refusal is answered with: 429 unless the pace's own `refusal` gives another. */
+  statusCode: number
   /** The pace that refused. */
   name: string
   /** Its rate: `limit` units per `window` seconds, `perSecond` of them per second. */

@@ -20,7 +20,10 @@ interface JoinedList {
 
 /** One pace's items, built once per route, and the latest lists and item it wrote. */
 export class QuotaItems {
-  /** Its items may be shown to whoever sent the request, whatever the outcome: the caller's own source, or its own pair. */
+  /**
+   * Its items may be shown to whoever sent the request, whatever the outcome: the caller's own
+   * source, its own pair, or a device code or bearer token it holds.
+   */
   readonly public: boolean
   /** `"name";q=10;w=1` */
   readonly policy: string
@@ -48,7 +51,7 @@ export class QuotaItems {
 
   constructor (rule: PaceRule) {
     const name = sfString(rule.name)
-    this.public = rule.key === 'source' || rule.key === 'client+source'
+    this.public = rule.key === 'source' || rule.key === 'client+source' || rule.key === 'device_code' || rule.key === 'bearer'
     this.policy = `${name};${quotaPolicy(rule.limit, rule.window)}`
     this.quotaPrefix = `${name};r=`
     this.unitMs = rule.window * 1000 / rule.limit

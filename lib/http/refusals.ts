@@ -5,25 +5,31 @@ import type { PaceRule } from './route-config.js'
 import type { PaceReservation } from '../store.js'
 
 /**
- * The answers the plugin gives itself, before the handler runs: a 429 when a pace is spent, a 400
- * when the request's key declaration is malformed. Both are OAuth error objects (RFC 6749
- * section 5.2) that no cache may keep, serialized here: the route's own response schema (a 400 or
- * 4xx written for its validation errors) or serializer compiler (a Zod type provider's) must not
- * strip or reject them.
+ * The answers the plugin gives itself, before the handler runs: a 429 (or the pace's own refusal)
+ * when a pace is spent, a 400 when the request's key declaration is malformed. Both are OAuth
+ * error objects (RFC 6749 section 5.2) that no cache may keep, serialized here: the route's own
+ * response schema (a 400 or 4xx written for its validation errors) or serializer compiler (a Zod
+ * type provider's) must not strip or reject them.
  */
 
 /**
- * Answers 429 for the pace `rule` that refused with `reservation`: Retry-After in whole seconds
- * (at least 1), the public quotas the request holds from earlier hooks and the refusing pace's own
- * at zero, and the body `build` makes, as built.
+ * Answers the refusal of the pace `rule` that refused with `reservation`: 429 with Retry-After in
+ * whole seconds (at least 1), the public quotas the request holds from earlier hooks and the
+ * refusing pace's own at zero, and the body `build` makes, as built; the pace's own refusal, when
+ * it has one, chooses the status, the body and further headers. The pace's refusal is asked before
+ * the reply is touched (one that throws leaves the error handler a clean reply); a builder that
+ * throws leaves the refusal's status for the error handler, as it always has.
  */
-export function refuse (request: FastifyRequest, reply: FastifyReply, rule: Pick<PaceRule, 'name' | 'perSecond' | 'limit' | 'window'>, quota: QuotaItems, reservation: PaceReservation,
+export function refuse (request: FastifyRequest, reply: FastifyReply, rule: Pick<PaceRule, 'name' | 'perSecond' | 'limit' | 'window' | 'refusal'>, quota: QuotaItems, reservation: PaceReservation,
   held: readonly QuotaHolding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object): void {
   const retryAfter = Math.max(1, Math.ceil(reservation.retryAfterMs / 1000))
   const refusal: PaceRefusal = { statusCode: 429, name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, retryAfterMs: reservation.retryAfterMs, retryAfter }
-  noStore(reply.code(429).header('retry-after', retryAfter))
+  const own = rule.refusal?.(request, refusal)
+  const statusCode = own?.statusCode ?? 429
+  noStore(reply.code(statusCode).header('retry-after', retryAfter))
   writeQuota(reply, held, null, { quota, retryAfter })
-  sendSerialized(reply, build(request, refusal))
+  if (own?.headers !== undefined) reply.headers(own.headers)
+  sendSerialized(reply, own?.body ?? build(request, statusCode === 429 ? refusal : { ...refusal, statusCode }))
 }
 
 /** Answers 400 invalid_request for a malformed key declaration, saying what is wrong. */

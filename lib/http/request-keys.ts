@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
-import { checkKey, declaredClientId, pairKey, sourceKey } from '../keys/parse.js'
+import { checkKey, declaredClientId, grantType, pairKey, sourceKey } from '../keys/parse.js'
+import { bearerKey, deviceCodeKey } from '../keys/secrets.js'
 import type { PaceRule } from './route-config.js'
 
 /**
@@ -45,14 +46,40 @@ export class KeyReaders {
     }
   }
 
-  /** The reader of `rule`'s key on the route `route`. */
+  /**
+   * The reader of `rule`'s key on the route `route`: undefined for a request of a grant type the
+   * pace excepts. A request that names no grant type is not excepted: leaving grant_type out must
+   * not escape a pace.
+   */
   of (rule: PaceRule, route: string): KeyReader {
+    const read = this.#reader(rule, route)
+    const { exceptGrantTypes } = rule
+    if (exceptGrantTypes === null) return read
+    return request => {
+      const type = grantType(request.body)
+      return type !== undefined && exceptGrantTypes.includes(type) ? undefined : read(request)
+    }
+  }
+
+  #reader (rule: PaceRule, route: string): KeyReader {
     const { key } = rule
     if (key === 'client') return this.client
     if (key === 'source') return this.source
     if (key === 'client+source') return this.#pair
+    if (key === 'device_code') return readDeviceCode
+    if (key === 'bearer') return readBearer
     return customReader(key, rule.name, route, this.#maxKeyLength)
   }
+}
+
+/** The hashed device_code of a device's token request (keys/secrets.ts): the code is never a key. */
+function readDeviceCode (request: FastifyRequest): string | undefined {
+  return deviceCodeKey(request.body)
+}
+
+/** The hashed bearer token a request presents (keys/secrets.ts): the token is never a key. */
+function readBearer (request: FastifyRequest): string | undefined {
+  return bearerKey(request.headers.authorization, request.body)
 }
 
 /** A key function's reader: its string checked as a client's key, anything else a TypeError naming the route and pace. */

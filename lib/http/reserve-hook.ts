@@ -126,7 +126,7 @@ function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bo
     giveBack(step, ticket, first)
     step.observer.refused(request, bound, key, reservation.retryAfterMs)
     const declared = lane === bound.lane
-    refuse(request, reply, declared ? bound.rule : { name: bound.name, ...lane }, declared ? bound.quota : bound.quotaOf(lane), reservation, ticket.held, step.refusalBody)
+    refuse(request, reply, declared ? bound.rule : { name: bound.name, refusal: bound.rule.refusal, ...lane }, declared ? bound.quota : bound.quotaOf(lane), reservation, ticket.held, step.refusalBody)
     return false
   }
   bound.counts.granted++

@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { PaceRate } from '../bucket/pace.js'
 import type { RateOf } from '../operator/named-pace.js'
+import { refusalShaper, type PaceRefusalOption, type RefusalShaper } from './refusal-shape.js'
 import type { PaceSpend } from './ticket.js'
 
 /**
@@ -11,12 +12,15 @@ import type { PaceSpend } from './ticket.js'
  * - `['client', 'source']`: the declared client id and the source address together, the key of a
  *   failure budget (`spend: 'rejected'`): a guesser spends its own pair, never the real client's.
  *   A request that declares no client id takes nothing from it.
+ * - `'device_code'`: the body's `device_code` (RFC 8628), hashed: a device polling the token endpoint.
+ * - `'bearer'`: the bearer token (RFC 6750: `Authorization: Bearer`, or the body's `access_token`),
+ *   hashed: userinfo and other resources. The token never becomes a key, only its hash.
  * - a function: returns the key, or undefined to take nothing from this pace for that request.
  */
-export type PaceKey = 'client' | 'source' | readonly ['client', 'source'] | ((request: FastifyRequest) => string | undefined)
+export type PaceKey = 'client' | 'source' | readonly ['client', 'source'] | 'device_code' | 'bearer' | ((request: FastifyRequest) => string | undefined)
 
 /** A key as a pace rule holds it: the kind of a built-in key, or the function. */
-export type PaceKeyKind = 'client' | 'source' | 'client+source' | ((request: FastifyRequest) => string | undefined)
+export type PaceKeyKind = 'client' | 'source' | 'client+source' | 'device_code' | 'bearer' | ((request: FastifyRequest) => string | undefined)
 
 /** A route's pace, as written in `config.pace`: its rate (`perSecond`, or `limit` per `window` seconds), its key and how it is spent. */
 export type PaceRouteOptions = PaceRate & {
@@ -45,6 +49,18 @@ export type PaceRouteOptions = PaceRate & {
    * answer at once: a Promise is a TypeError (a 500). Default: none, every key at the declared rate.
    */
   rateOf?: RateOf | undefined
+  /**
+   * What this pace answers when it refuses, instead of 429 with the `errorResponseBuilder` body:
+   * `{ statusCode, body, headers }`, each optional, or a function `(request, refusal)` returning
+   * one. RFC 8628's device poll: `{ statusCode: 400, body: { error: 'slow_down' } }`.
+   */
+  refusal?: PaceRefusalOption | undefined
+  /**
+   * Requests whose body `grant_type` is one of these take nothing from this pace. Default: none.
+   * For a token endpoint paced per grant: the device grant's polls, paced by `'device_code'`, need
+   * not spend their public client's pace. A request that names no grant type is not excepted.
+   */
+  exceptGrantTypes?: readonly string[] | undefined
 }
 
 /** A pace of one route, checked and with its defaults filled in. */
@@ -60,6 +76,10 @@ export interface PaceRule {
   readonly key: PaceKeyKind
   readonly spend: PaceSpend
   readonly rateOf: RateOf | undefined
+  /** The pace's own refusal, or null for the plugin's 429. */
+  readonly refusal: RefusalShaper | null
+  /** The grant types this pace takes nothing from, or null for none. */
+  readonly exceptGrantTypes: readonly string[] | null
   /**
    * Reserved in onRequest, before the body is read, so that a request failing parsing or
    * validation still spends: a source key spent on every request (the authorization endpoint's
@@ -80,7 +100,7 @@ const MAX_WINDOW = 365 * 24 * 3600
 /** Structured-field strings (RFC 8941) allow printable ASCII only; the name goes into headers. */
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/
 
-const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf']
+const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf', 'refusal', 'exceptGrantTypes']
 
 /** Reports a bad option: the route, where the option sits, what was expected and what came; `prefix` starts every error of the route. */
 type Fail = ((option: string, expected: string, value: unknown) => never) & { prefix: string }
@@ -123,13 +143,18 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
     if (spend !== 'accepted' && spend !== 'rejected' && spend !== 'every') fail(`${at}.spend`, "'accepted', 'rejected' or 'every'", spend)
     const rateOf = options.rateOf
     if (rateOf !== undefined && typeof rateOf !== 'function') fail(`${at}.rateOf`, 'a function (key) => number | undefined', rateOf)
+    const name = checkName(options.name, defaultName(url, list.length, key, spend as PaceSpend), at, fail)
+    const exceptGrantTypes = checkGrantTypes(options.exceptGrantTypes, at, fail)
     return {
-      name: checkName(options.name, defaultName(url, list.length, key, spend as PaceSpend), at, fail),
+      name,
       ...rate,
       key,
       spend: spend as PaceSpend,
       rateOf: rateOf as RateOf | undefined,
-      early: key === 'source' && spend === 'every'
+      refusal: refusalShaper(options.refusal, at, prefix, name),
+      exceptGrantTypes,
+      // A pace that excepts grant types reads the body, which onRequest has not parsed yet.
+      early: key === 'source' && spend === 'every' && exceptGrantTypes === null
     }
   })
   const names = new Set<string>()
@@ -155,9 +180,17 @@ function checkRate (options: Record<string, unknown>, at: string, fail: Fail): P
 }
 
 function checkKey (key: unknown, at: string, fail: Fail): PaceKeyKind {
-  if (key === 'client' || key === 'source' || typeof key === 'function') return key as PaceKeyKind
+  if (key === 'client' || key === 'source' || key === 'device_code' || key === 'bearer' || typeof key === 'function') return key as PaceKeyKind
   if (Array.isArray(key) && key.length === 2 && key[0] === 'client' && key[1] === 'source') return 'client+source'
-  return fail(`${at}.key`, "'client', 'source', ['client', 'source'] or a function (request) => string | undefined", key)
+  return fail(`${at}.key`, "'client', 'source', ['client', 'source'], 'device_code', 'bearer' or a function (request) => string | undefined", key)
+}
+
+function checkGrantTypes (grantTypes: unknown, at: string, fail: Fail): readonly string[] | null {
+  if (grantTypes === undefined) return null
+  if (!Array.isArray(grantTypes) || grantTypes.length === 0 || !grantTypes.every(type => typeof type === 'string' && type !== '')) {
+    fail(`${at}.exceptGrantTypes`, 'a non-empty array of grant_type values', grantTypes)
+  }
+  return Object.freeze([...grantTypes as string[]])
 }
 
 /**

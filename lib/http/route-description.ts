@@ -15,6 +15,8 @@ function keyDescription (rule: PaceRule): string {
   if (rule.key === 'client') return 'declared client id'
   if (rule.key === 'source') return 'source address'
   if (rule.key === 'client+source') return 'declared client id and source address'
+  if (rule.key === 'device_code') return 'device code'
+  if (rule.key === 'bearer') return 'bearer token'
   return 'custom key'
 }
 
@@ -37,8 +39,10 @@ function windowText (window: number): string {
 function rateSentence (rule: PaceRule): string {
   const { what, refund } = COUNTED[rule.spend]
   const amount = rule.window === 1 ? rule.perSecond : rule.limit
+  const unit = amount === 1 ? what.slice(0, -1) : what
+  const grants = rule.exceptGrantTypes === null ? '' : ` except for grant_type ${rule.exceptGrantTypes.join(' and ')}`
   const own = rule.rateOf === undefined ? '' : `, or the ${rule.key === 'client' || rule.key === 'client+source' ? "client's registered" : "key's own"} rate`
-  return `${amount} ${what} per ${windowText(rule.window)} per ${keyDescription(rule)}${own}${refund}`
+  return `${amount} ${unit} per ${windowText(rule.window)} per ${keyDescription(rule)}${own}${grants}${refund}`
 }
 
 /**

@@ -130,6 +130,20 @@ export function pairKey (client: string, source: string): string {
 }
 
 /**
+ * The body's `grant_type` (RFC 6749 section 4), or undefined when absent or empty. A repeated or
+ * non-string grant_type is an InvalidRequest: reading one of two would let the caller choose which
+ * paces apply.
+ */
+export function grantType (body: unknown): string | undefined {
+  if (body === null || typeof body !== 'object' || Buffer.isBuffer(body)) return undefined
+  const type = (body as Record<string, unknown>).grant_type
+  if (type === undefined || type === '') return undefined
+  if (Array.isArray(type)) throw new InvalidRequest('grant_type is repeated')
+  if (typeof type !== 'string') throw new InvalidRequest('grant_type must be a string')
+  return type
+}
+
+/**
  * An address with a port, as some proxies write X-Forwarded-For: IPv4 (`192.0.2.1:51234`), IPv6 in
  * brackets with or without one (`[2001:db8::1]:443`), or IPv6 without brackets, as a Node proxy
  * writes `${remoteAddress}:${remotePort}` (`::ffff:192.0.2.1:51234`).

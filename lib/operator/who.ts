@@ -5,7 +5,8 @@ import type { PaceKeyName } from '../http/observer.js'
 /**
  * One key of a pace, given by its parts as an operator knows them: `{ client }` for a pace keyed by
  * declared client id, `{ source }` (an IP address) by source, `{ client, source }` by the pair, and
- * `{ key }` for a pace with a key function.
+ * `{ key }` for a pace with a key function, or for a pace keyed by device code or bearer token the
+ * hash the log lines show (`secretKey` of the code or token): the secret itself is never a key.
  */
 export interface PaceWho {
   client?: string | undefined
@@ -24,7 +25,9 @@ const PARTS: Record<PaceKeyName, readonly (keyof PaceWho)[]> = {
   client: ['client'],
   source: ['source'],
   'client+source': ['client', 'source'],
-  function: ['key']
+  function: ['key'],
+  device_code: ['key'],
+  bearer: ['key']
 }
 
 /**
@@ -41,7 +44,7 @@ export function whoKey (pace: string, kind: PaceKeyName, who: unknown, making: K
   }
   const { client, source, key } = who as PaceWho
   try {
-    if (kind === 'function') return checkKey(key, 'key', making.maxKeyLength)
+    if (kind === 'function' || kind === 'device_code' || kind === 'bearer') return checkKey(key, 'key', making.maxKeyLength)
     if (kind === 'source') return operatorSource(source, making)
     const id = checkKey(client, 'client', making.maxKeyLength)
     return kind === 'client' ? id : pairKey(id, operatorSource(source, making))

@@ -5,12 +5,15 @@ import exchangePace, {
   Pace,
   PaceRegistry,
   PaceTicket,
+  secretKey,
   type ExchangePaceOptions,
   type PaceCounts,
   type PaceEvent,
   type PaceKeyName,
   type PaceOutcome,
   type PaceRefusal,
+  type PaceRefusalAnswer,
+  type PaceRefusalOption,
   type PaceRouteOptions
 } from 'exchangepace'
 
@@ -112,4 +115,21 @@ await Fastify().register(exchangePace, {
   }
 })
 
-export { size, names, ticket, refusedSoFar }
+// The whole server: a device polling at its interval, keyed by its hashed device_code and refused
+// the RFC 8628 way; per-grant paces; a bearer token's pace with a refusal function.
+const slowDown: PaceRefusalAnswer = { statusCode: 400, body: { error: 'slow_down' }, headers: { 'x-interval': 5 } }
+const tokenForDevices: PaceRouteOptions[] = [
+  { limit: 1, window: 5, key: 'device_code', spend: 'every', refusal: slowDown },
+  { perSecond: 5, key: 'client', spend: 'accepted', exceptGrantTypes: ['urn:ietf:params:oauth:grant-type:device_code'] }
+]
+app.post('/device-token', { config: { pace: tokenForDevices } }, async () => ({ error: 'authorization_pending' }))
+const perToken: PaceRefusalOption = (request: FastifyRequest, refusal: PaceRefusal) => ({
+  statusCode: refusal.statusCode === 429 ? 429 : 503,
+  headers: { 'www-authenticate': `Bearer error="rate_limited", error_uri="${request.url}"` }
+})
+app.get('/userinfo', { config: { pace: { perSecond: 2, key: 'bearer', spend: 'every', refusal: perToken, exceptGrantTypes: undefined } } }, async () => ({ sub: 'x' }))
+const hashedKinds: PaceKeyName[] = ['device_code', 'bearer']
+// A secret of the application's own, keyed by its hash as the built-in keys are.
+app.post('/refresh', { config: { pace: { perSecond: 1, key: (request: FastifyRequest) => secretKey(String((request.body as { refresh_token?: unknown }).refresh_token)), spend: 'every' } } }, async () => ({}))
+
+export { size, names, ticket, refusedSoFar, hashedKinds }

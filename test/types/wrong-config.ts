@@ -15,6 +15,12 @@ app.post('/b', { config: { pace: { perSecond: 10, key: 'client', spend: 'sometim
 // @ts-expect-error key is 'client', 'source', ['client', 'source'] or a function
 app.post('/c', { config: { pace: { perSecond: 10, key: 'ip', spend: 'every' } } }, handler)
 
+// @ts-expect-error a refusal's statusCode is a number
+app.post('/r1', { config: { pace: { perSecond: 10, key: 'device_code', spend: 'every', refusal: { statusCode: '400' } } } }, handler)
+
+// @ts-expect-error exceptGrantTypes is an array of strings
+app.post('/g1', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted', exceptGrantTypes: 'client_credentials' } } }, handler)
+
 // @ts-expect-error a window needs a limit
 app.post('/w1', { config: { pace: { window: 600, key: 'client', spend: 'rejected' } } }, handler)
 
