@@ -1,0 +1,269 @@
+// Traffic through a failover: two app replicas (Fastify instances, each with its own ioredis
+// client and RedisStore) serve a token route paced as the README recommends, while clients send at
+// three times their rate, strangers name unknown client ids, and a guesser tries one client's
+// secret; meanwhile one master of a Redis Cluster fails over to its replica (CLUSTER FAILOVER on
+// the replica, or a SIGKILL of the master), or a single Redis restarts empty. What is recorded:
+// every answer (who sent it, through which replica, when the handler ran), each store's outage log
+// lines, when the replica was promoted, and the keys left in Redis with their expiries.
+//
+// Used by bench/failover.js (part 9) and test/redis-failover.test.ts, which passes lib/'s plugin
+// (`lib`) so that the test runs the source. Plain JavaScript, as tap runs tests without
+// type-checking them.
+
+import { setTimeout as sleep } from 'node:timers/promises'
+import Fastify from 'fastify'
+import formbody from '@fastify/formbody'
+import Redis from 'ioredis'
+import { admin, promoted, scratch, startServer } from './cluster.js'
+
+const SECRET = 'failover-secret'
+/** The failure budget of the recommended set-up: 5 per (client id, source) per hour. */
+export const GUESS_LIMIT = 5
+const GUESS_WINDOW = 3600
+/** What the route's client pace is named, and where its keys live: prefix + name + ':' + id. */
+const CLIENT_PACE = '/token#client'
+const PAIR_PACE = '/token#client+source%3Arejected'
+const GUESSER = '10.2.0.1'
+const ARRIVED = Symbol('arrived')
+
+/** One app replica: the recommended paces on /token, its store's outage lines recorded with their time. */
+async function replica (lib, client, settings, prefix, outageLines, index) {
+  const stream = {
+    write: line => {
+      if (line.includes('exchangepace: Redis')) outageLines.push({ at: performance.now(), replica: index, ...JSON.parse(line) })
+    }
+  }
+  const app = Fastify({ logger: { level: 'info', stream } })
+  await app.register(formbody)
+  const store = new lib.RedisStore({ client, prefix, timeoutMs: settings.timeoutMs, retryMs: settings.retryMs })
+  await app.register(lib.exchangePace, { store })
+  // The route's own lines (each request, each refusal) at warn: only the store's, on Fastify's logger, are kept.
+  app.post('/token', {
+    logLevel: 'warn',
+    // When the request came in: its reservations follow in the same turn (parsing an injected body is synchronous).
+    onRequest: (request, reply, done) => {
+      request[ARRIVED] = performance.now()
+      done()
+    },
+    config: {
+      pace: [
+        { limit: GUESS_LIMIT, window: GUESS_WINDOW, key: ['client', 'source'], spend: 'rejected' },
+        { perSecond: settings.rate, key: 'client', spend: 'accepted' },
+        { perSecond: 50, key: 'source', spend: 'every' }
+      ]
+    }
+  }, async (request, reply) => {
+    const times = { arrived: request[ARRIVED], at: performance.now() }
+    if (request.body.client_secret !== SECRET || !request.body.client_id.startsWith('client-')) {
+      request.pace.outcome = 'rejected'
+      return reply.code(401).send({ error: 'invalid_client', ...times })
+    }
+    return { access_token: 'token', token_type: 'Bearer', ...times }
+  })
+  await app.ready()
+  return app
+}
+
+/** Sends `send()` `perSecond` times a second, open loop (a late timer sends what it owes at once), until `stop`. */
+async function sender (perSecond, stop, send, pending) {
+  const interval = 1000 / perSecond
+  let next = performance.now() + Math.random() * interval
+  while (!stop.aborted) {
+    const wait = next - performance.now()
+    if (wait > 0) await sleep(wait)
+    if (stop.aborted) break
+    next += interval
+    pending.push(send())
+  }
+}
+
+/**
+ * Traffic on `apps` until `stop`: each client id of `ids` at `settings.sendPerSecond`, strangers
+ * and the guesser (at `guessed`, a client id) at theirs, each request through a replica chosen at
+ * random. Resolves with every answer once the last is in.
+ */
+async function traffic (apps, ids, guessed, settings, stop) {
+  const answers = []
+  const pending = []
+  let strangers = 0
+  const post = async (who, id, secret, address) => {
+    const replica = Math.random() < 0.5 ? 0 : 1
+    const sent = performance.now()
+    try {
+      const response = await apps[replica].inject({ method: 'POST', url: '/token', remoteAddress: address, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `client_id=${encodeURIComponent(id)}&client_secret=${secret}` })
+      const handled = response.statusCode === 200 || response.statusCode === 401
+      const { arrived, at } = handled ? response.json() : { arrived: sent, at: performance.now() }
+      answers.push({ who, id, replica, sent, arrived, at, status: response.statusCode })
+    } catch (err) {
+      answers.push({ who, id, replica, sent, arrived: sent, at: performance.now(), status: 'error', error: err.message })
+    }
+  }
+  const loops = [
+    ...ids.map((id, i) => sender(settings.sendPerSecond, stop, () => post('client', id, SECRET, `10.0.${i >> 8}.${i & 255}`), pending)),
+    sender(settings.strangersPerSecond, stop, () => post('stranger', `stranger-${strangers++}`, 'guess', `10.1.0.${strangers % 50}`), pending),
+    sender(settings.guessesPerSecond, stop, () => post('guesser', guessed, 'guess', GUESSER), pending)
+  ]
+  await Promise.all(loops)
+  await Promise.all(pending)
+  return answers
+}
+
+/** Every key under `prefix` on the servers at `ports`, and how many have no expiry (PTTL -1). */
+async function expiries (ports, prefix) {
+  let keys = 0
+  let withoutExpiry = 0
+  for (const port of ports) {
+    const client = admin(port)
+    try {
+      let cursor = '0'
+      do {
+        const [next, found] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+        cursor = next
+        keys += found.length
+        const ttls = await Promise.all(found.map(key => client.pttl(key)))
+        withoutExpiry += ttls.filter(ttl => ttl === -1).length
+      } while (cursor !== '0')
+    } finally {
+      client.disconnect()
+    }
+  }
+  return { keys, withoutExpiry }
+}
+
+/** The masters' ports, as a node that answers says. */
+async function masterPorts (cluster) {
+  for (const server of [...cluster.masters, ...cluster.replicas]) {
+    const client = admin(server.port)
+    try {
+      const ranges = await client.call('CLUSTER', 'SLOTS')
+      return [...new Set(ranges.map(range => range[2][1]))]
+    } catch {
+      // killed: ask the next
+    } finally {
+      client.disconnect()
+    }
+  }
+  throw new Error('no node of the cluster answers')
+}
+
+/**
+ * `count` client ids, a third of them (at least one) with their client keys on `master` and the
+ * rest on the other masters, taken in order from `client-0` on.
+ */
+async function clientsBy (cluster, prefix, master, count) {
+  const wanted = Math.max(1, Math.round(count / 3))
+  const onTarget = []
+  const others = []
+  for (let i = 0; onTarget.length < wanted || others.length < count - wanted; i++) {
+    const id = `client-${i}`
+    const owner = await cluster.masterOf(`${prefix}${CLIENT_PACE}:${id}`)
+    const list = owner === master ? onTarget : others
+    if (list.length < (owner === master ? wanted : count - wanted)) list.push(id)
+  }
+  return { ids: [...onTarget, ...others], onTarget: new Set(onTarget) }
+}
+
+/** A client id the guesser names, whose pair key (from GUESSER) the cluster serves on `master`. */
+async function guessedOn (cluster, prefix, master) {
+  for (let i = 0; i < 200; i++) {
+    const id = `client-guessed-${i}`
+    if (await cluster.masterOf(`${prefix}${PAIR_PACE}:${id}\u001f${GUESSER}`) === master) return id
+  }
+  throw new Error('no client id found whose failure budget lives on the target master')
+}
+
+/** CLUSTER FAILOVER on `replica`: its master hands its slots over once the replica has caught up. */
+async function failOver (replica) {
+  const client = admin(replica.port)
+  try {
+    await client.call('CLUSTER', 'FAILOVER')
+  } finally {
+    client.disconnect()
+  }
+}
+
+/**
+ * One failover of `master` under traffic: `how` is 'failover' (CLUSTER FAILOVER on its replica,
+ * the coordinated switch an operator starts) or 'kill' (SIGKILL of the master, which the cluster
+ * detects after cluster-node-timeout). Traffic runs `beforeMs` before and `afterMs` after the
+ * promotion. `lib` is the plugin's module: `{ exchangePace, RedisStore }`.
+ */
+export async function runFailover (lib, cluster, master, how, settings) {
+  const prefix = `exchangepace-failover:${how}:${process.pid}:${Date.now()}:`
+  const { ids, onTarget } = await clientsBy(cluster, prefix, master, settings.clients)
+  const guessed = await guessedOn(cluster, prefix, master)
+  const errors = []
+  const outageLines = []
+  const apps = []
+  const clients = [0, 1].map(() => {
+    const client = cluster.client({ enableAutoPipelining: true, lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } })
+    client.on('error', err => { errors.push(err.message) })
+    return client
+  })
+  try {
+    await Promise.all(clients.map(client => client.connect()))
+    for (const [i, client] of clients.entries()) apps.push(await replica(lib, client, settings, prefix, outageLines, i))
+    const stop = new AbortController()
+    const started = performance.now()
+    const running = traffic(apps, ids, guessed, settings, stop.signal)
+    await sleep(settings.beforeMs)
+    const triggeredAt = performance.now()
+    const replicaServer = cluster.replicaOf(master)
+    const promotion = promoted(replicaServer)
+    if (how === 'failover') await failOver(replicaServer)
+    else await master.kill()
+    const promotedAt = await promotion
+    await sleep(settings.afterMs)
+    stop.abort()
+    const answers = await running
+    const stoppedAt = performance.now()
+    const left = await expiries(await masterPorts(cluster), prefix)
+    return { how, target: `127.0.0.1:${master.port}`, started, triggeredAt, promotedAt, stoppedAt, answers, onTarget: [...onTarget], ids, guessed, outageLines, clientErrors: errors, left }
+  } finally {
+    await Promise.all(apps.map(app => app.close()))
+    for (const client of clients) client.disconnect()
+  }
+}
+
+/**
+ * A single Redis (started here, on a port of its own) that restarts empty under traffic: SIGKILL,
+ * then a new server on the same port at once, with no rows. Each replica's client reconnects by
+ * itself (ioredis's default retry strategy).
+ */
+export async function runRestart (lib, settings) {
+  const { dir, remove } = scratch()
+  let server = await startServer(dir)
+  const prefix = `exchangepace-restart:${process.pid}:${Date.now()}:`
+  const errors = []
+  const outageLines = []
+  const apps = []
+  const clients = [0, 1].map(() => {
+    const client = new Redis({ port: server.port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1, lazyConnect: true })
+    client.on('error', err => { errors.push(err.message) })
+    return client
+  })
+  try {
+    await Promise.all(clients.map(client => client.connect()))
+    for (const [i, client] of clients.entries()) apps.push(await replica(lib, client, settings, prefix, outageLines, i))
+    const ids = Array.from({ length: settings.clients }, (_, i) => `client-${i}`)
+    const stop = new AbortController()
+    const started = performance.now()
+    const running = traffic(apps, ids, 'client-guessed', settings, stop.signal)
+    await sleep(settings.beforeMs)
+    const triggeredAt = performance.now()
+    await server.kill()
+    server = await startServer(dir, [], { port: server.port })
+    const promotedAt = performance.now() // the empty server answers from here on
+    await sleep(settings.afterMs)
+    stop.abort()
+    const answers = await running
+    const stoppedAt = performance.now()
+    const left = await expiries([server.port], prefix)
+    return { how: 'restart', target: null, started, triggeredAt, promotedAt, stoppedAt, answers, onTarget: ids, ids, guessed: 'client-guessed', outageLines, clientErrors: errors, left }
+  } finally {
+    await Promise.all(apps.map(app => app.close()))
+    for (const client of clients) client.disconnect()
+    await server.kill()
+    remove()
+  }
+}
