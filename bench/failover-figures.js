@@ -64,8 +64,8 @@ function outages (run) {
     const seconds = at => Math.round((at - run.promotedAt) / 10) / 100
     return {
       warnings: warned.length,
-      // From the first warning to the last end, in s: how long this replica paced the keys in memory.
-      lasted: warned.length === 0 || ended.length === 0 ? 0 : Math.round((ended[ended.length - 1] - warned[0]) / 10) / 100,
+      // From the first warning to the last end (or the end of the run), in s: how long this replica paced the keys in memory.
+      lasted: warned.length === 0 ? 0 : Math.round(((ended.length === 0 ? run.stoppedAt : ended[ended.length - 1]) - warned[0]) / 10) / 100,
       firstWarningAfterTrigger: warned.length === 0 ? null : Math.round((warned[0] - run.triggeredAt) / 10) / 100,
       sharedAgainAfterPromotion: ended.length === 0 ? null : seconds(ended[ended.length - 1]),
       endedBy: lines.filter(line => line.level === 30).map(line => /no longer serves/.test(line.msg) ? 'slots moved' : 'answered')
