@@ -38,18 +38,17 @@ function tally (answers) {
 }
 
 /**
- * Each client's admissions: [replica 0's, replica 1's] by when the request came in (its replica's
- * memory reserved then), and both replicas' by when the handler ran (Redis granted between the
- * two, a round trip before the handler at most, or the unit came from memory).
+ * Each client's units: [replica 0's, replica 1's] kept in the replica's memory (granted there and
+ * not refunded, at the memory's own time: every admitted request holds one), and both replicas'
+ * admissions by when the handler ran (Redis granted up to a round trip before, or the unit came
+ * from memory).
  */
-function admissions (answers, ids) {
-  const byId = new Map(ids.map(id => [id, [[], [], []]]))
-  for (const { who, id, replica, arrived, at, status } of answers) {
-    if (who !== 'client' || status !== 200) continue
-    const lists = byId.get(id)
-    lists[replica].push(arrived)
-    lists[2].push(at)
+function admissions (run) {
+  const byId = new Map(run.ids.map(id => [id, [[], [], []]]))
+  for (const [replica, units] of run.kept.entries()) {
+    for (const { key, at, refunded } of units) if (!refunded && byId.has(key)) byId.get(key)[replica].push(at)
   }
+  for (const { who, id, at, status } of run.answers) if (who === 'client' && status === 200) byId.get(id)[2].push(at)
   for (const lists of byId.values()) for (const list of lists) list.sort((a, b) => a - b)
   return byId
 }
@@ -103,7 +102,7 @@ export function boundFailing (rate, replicas, lasted) {
 /** The figures of `run`, a result of runFailover or runRestart, with clients paced at `rate` per second. */
 export function failoverFigures (run, rate) {
   const seconds = (run.stoppedAt - run.started) / 1000
-  const byId = admissions(run.answers, run.ids)
+  const byId = admissions(run)
   const onTarget = new Set(run.onTarget)
   const healthy = run.ids.filter(id => !onTarget.has(id))
   const failing = run.ids.filter(id => onTarget.has(id))

@@ -4,7 +4,8 @@
 // secret; meanwhile one master of a Redis Cluster fails over to its replica (CLUSTER FAILOVER on
 // the replica, or a SIGKILL of the master), or a single Redis restarts empty. What is recorded:
 // every answer (who sent it, through which replica, when the handler ran), each store's outage log
-// lines, when the replica was promoted, and the keys left in Redis with their expiries.
+// lines, the units each replica's memory kept, when the replica was promoted, and the keys left in
+// Redis with their expiries.
 //
 // Used by bench/failover.js (part 9) and test/redis-failover.test.ts, which passes lib/'s plugin
 // (`lib`) so that the test runs the source. Plain JavaScript, as tap runs tests without
@@ -24,10 +25,47 @@ const GUESS_WINDOW = 3600
 const CLIENT_PACE = '/token#client'
 const PAIR_PACE = '/token#client+source%3Arejected'
 const GUESSER = '10.2.0.1'
-const ARRIVED = Symbol('arrived')
+
+/**
+ * `store` with the replica's memory of the client pace recorded: each unit it granted, with the
+ * time (its own clock's, performance.now) and whether it was refunded. Every admitted request
+ * holds such a unit (the fallback is always warm), so the units kept are what bound the replica.
+ */
+function recording (store, kept) {
+  // Pace and Reservation keep #private fields: their methods are called on themselves, not the proxy.
+  const own = (target, property) => {
+    const value = Reflect.get(target, property, target)
+    return typeof value === 'function' ? value.bind(target) : value
+  }
+  const recordedPace = local => new Proxy(local, {
+    get (target, property) {
+      if (property !== 'reserve') return own(target, property)
+      return key => {
+        const reservation = target.reserve(key)
+        if (!reservation.granted) return reservation
+        const unit = { key, at: performance.now(), refunded: false }
+        kept.push(unit)
+        return new Proxy(reservation, {
+          get (held, name) {
+            if (name !== 'refund') return own(held, name)
+            return () => {
+              unit.refunded = true
+              held.refund()
+            }
+          }
+        })
+      }
+    }
+  })
+  return {
+    scope: store.scope,
+    outage: store.outage,
+    pace: (name, rate, local, log) => store.pace(name, rate, name === CLIENT_PACE ? recordedPace(local) : local, log)
+  }
+}
 
 /** One app replica: the recommended paces on /token, its store's outage lines recorded with their time. */
-async function replica (lib, client, settings, prefix, outageLines, index) {
+async function replica (lib, client, settings, prefix, outageLines, index, kept) {
   const stream = {
     write: line => {
       if (line.includes('exchangepace: Redis')) outageLines.push({ at: performance.now(), replica: index, ...JSON.parse(line) })
@@ -36,15 +74,10 @@ async function replica (lib, client, settings, prefix, outageLines, index) {
   const app = Fastify({ logger: { level: 'info', stream } })
   await app.register(formbody)
   const store = new lib.RedisStore({ client, prefix, timeoutMs: settings.timeoutMs, retryMs: settings.retryMs })
-  await app.register(lib.exchangePace, { store })
+  await app.register(lib.exchangePace, { store: recording(store, kept) })
   // The route's own lines (each request, each refusal) at warn: only the store's, on Fastify's logger, are kept.
   app.post('/token', {
     logLevel: 'warn',
-    // When the request came in: its reservations follow in the same turn (parsing an injected body is synchronous).
-    onRequest: (request, reply, done) => {
-      request[ARRIVED] = performance.now()
-      done()
-    },
     config: {
       pace: [
         { limit: GUESS_LIMIT, window: GUESS_WINDOW, key: ['client', 'source'], spend: 'rejected' },
@@ -53,12 +86,12 @@ async function replica (lib, client, settings, prefix, outageLines, index) {
       ]
     }
   }, async (request, reply) => {
-    const times = { arrived: request[ARRIVED], at: performance.now() }
+    const at = performance.now()
     if (request.body.client_secret !== SECRET || !request.body.client_id.startsWith('client-')) {
       request.pace.outcome = 'rejected'
-      return reply.code(401).send({ error: 'invalid_client', ...times })
+      return reply.code(401).send({ error: 'invalid_client', at })
     }
-    return { access_token: 'token', token_type: 'Bearer', ...times }
+    return { access_token: 'token', token_type: 'Bearer', at }
   })
   await app.ready()
   return app
@@ -91,11 +124,10 @@ async function traffic (apps, ids, guessed, settings, stop) {
     const sent = performance.now()
     try {
       const response = await apps[replica].inject({ method: 'POST', url: '/token', remoteAddress: address, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `client_id=${encodeURIComponent(id)}&client_secret=${secret}` })
-      const handled = response.statusCode === 200 || response.statusCode === 401
-      const { arrived, at } = handled ? response.json() : { arrived: sent, at: performance.now() }
-      answers.push({ who, id, replica, sent, arrived, at, status: response.statusCode })
+      const at = response.statusCode === 200 || response.statusCode === 401 ? response.json().at : performance.now()
+      answers.push({ who, id, replica, sent, at, status: response.statusCode })
     } catch (err) {
-      answers.push({ who, id, replica, sent, arrived: sent, at: performance.now(), status: 'error', error: err.message })
+      answers.push({ who, id, replica, sent, at: performance.now(), status: 'error', error: err.message })
     }
   }
   const loops = [
@@ -195,6 +227,7 @@ export async function runFailover (lib, cluster, master, how, settings) {
   const errors = []
   const outageLines = []
   const apps = []
+  const kept = [[], []]
   const clients = [0, 1].map(() => {
     const client = cluster.client({ enableAutoPipelining: true, lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } })
     client.on('error', err => { errors.push(err.message) })
@@ -202,7 +235,7 @@ export async function runFailover (lib, cluster, master, how, settings) {
   })
   try {
     await Promise.all(clients.map(client => client.connect()))
-    for (const [i, client] of clients.entries()) apps.push(await replica(lib, client, settings, prefix, outageLines, i))
+    for (const [i, client] of clients.entries()) apps.push(await replica(lib, client, settings, prefix, outageLines, i, kept[i]))
     const stop = new AbortController()
     const started = performance.now()
     const running = traffic(apps, ids, guessed, settings, stop.signal)
@@ -218,7 +251,7 @@ export async function runFailover (lib, cluster, master, how, settings) {
     const answers = await running
     const stoppedAt = performance.now()
     const left = await expiries(await masterPorts(cluster), prefix)
-    return { how, target: `127.0.0.1:${master.port}`, started, triggeredAt, promotedAt, stoppedAt, answers, onTarget: [...onTarget], ids, guessed, outageLines, clientErrors: errors, left }
+    return { how, target: `127.0.0.1:${master.port}`, started, triggeredAt, promotedAt, stoppedAt, answers, kept, onTarget: [...onTarget], ids, guessed, outageLines, clientErrors: errors, left }
   } finally {
     await Promise.all(apps.map(app => app.close()))
     for (const client of clients) client.disconnect()
@@ -237,6 +270,7 @@ export async function runRestart (lib, settings) {
   const errors = []
   const outageLines = []
   const apps = []
+  const kept = [[], []]
   const clients = [0, 1].map(() => {
     const client = new Redis({ port: server.port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1, lazyConnect: true })
     client.on('error', err => { errors.push(err.message) })
@@ -244,7 +278,7 @@ export async function runRestart (lib, settings) {
   })
   try {
     await Promise.all(clients.map(client => client.connect()))
-    for (const [i, client] of clients.entries()) apps.push(await replica(lib, client, settings, prefix, outageLines, i))
+    for (const [i, client] of clients.entries()) apps.push(await replica(lib, client, settings, prefix, outageLines, i, kept[i]))
     const ids = Array.from({ length: settings.clients }, (_, i) => `client-${i}`)
     const stop = new AbortController()
     const started = performance.now()
@@ -259,7 +293,7 @@ export async function runRestart (lib, settings) {
     const answers = await running
     const stoppedAt = performance.now()
     const left = await expiries([server.port], prefix)
-    return { how: 'restart', target: null, started, triggeredAt, promotedAt, stoppedAt, answers, onTarget: ids, ids, guessed: 'client-guessed', outageLines, clientErrors: errors, left }
+    return { how: 'restart', target: null, started, triggeredAt, promotedAt, stoppedAt, answers, kept, onTarget: ids, ids, guessed: 'client-guessed', outageLines, clientErrors: errors, left }
   } finally {
     await Promise.all(apps.map(app => app.close()))
     for (const client of clients) client.disconnect()
