@@ -66,12 +66,13 @@ async function answering (port) {
 }
 
 /**
- * Starts `binary` on `port` (a free one when not given) with `args`, on loopback, nothing kept on
- * disk. The server's `kill(signal)` sends a signal (SIGKILL by default) and resolves once it exited.
+ * Starts `binary` on `port` (a free one when not given) with `args` (after the file `config`, when
+ * given), on loopback, nothing kept on disk. The server's `kill()` sends SIGKILL and resolves
+ * once it exited.
  */
-export async function startServer (dir, args = [], { binary = 'redis-server', port } = {}) {
+export async function startServer (dir, args = [], { binary = 'redis-server', port, config } = {}) {
   const chosen = port ?? await spareClusterPort()
-  const options = ['--port', String(chosen), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', join(dir, `${chosen}.log`), ...args]
+  const options = [...(config === undefined ? [] : [config]), '--port', String(chosen), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', join(dir, `${chosen}.log`), ...args]
   const shell = spawn('sh', ['-c', WATCHDOG, binary, ...options], { stdio: ['pipe', 'pipe', 'ignore'] })
   const exited = once(shell, 'exit')
   const [line] = await once(shell.stdout, 'data')
@@ -204,18 +205,21 @@ function clusterOf (masters, replicas, stop) {
   }
 }
 
-/** Polls `server` every 20 ms until ROLE says master; resolves with performance.now() then. */
+/**
+ * Polls `server` every 20 ms until ROLE says master; resolves with performance.now() then. A
+ * connection of its own per poll: a Sentinel failover closes the promoted server's connections.
+ */
 export async function promoted (server, timeoutMs = 20_000) {
-  const probe = admin(server.port)
-  try {
-    await probe.connect()
-    for (const started = performance.now(); ;) {
+  for (const started = performance.now(); performance.now() - started < timeoutMs; await sleep(20)) {
+    const probe = admin(server.port)
+    try {
       const [role] = await probe.call('ROLE')
       if (role === 'master') return performance.now()
-      if (performance.now() - started > timeoutMs) throw new Error(`the replica on port ${server.port} was not promoted within ${timeoutMs / 1000} s`)
-      await sleep(20)
+    } catch {
+      // closed under it: poll again
+    } finally {
+      probe.disconnect()
     }
-  } finally {
-    probe.disconnect()
   }
+  throw new Error(`the replica on port ${server.port} was not promoted within ${timeoutMs / 1000} s`)
 }

@@ -119,6 +119,7 @@ export function failoverFigures (run, rate) {
     statuses: tally(run.answers),
     failed: run.answers.filter(a => a.status === 'error' || a.status >= 500).length,
     clientErrors: run.clientErrors.length,
+    loopDelayMs: run.answers.loopDelayMs,
     clients: { healthy: healthy.length, failing: failing.length },
     // The bucket's bound, rate x (1 + w) in every window of w seconds: per replica at every moment,
     // and over both replicas for the keys whose master stayed up (0 or less: held).

@@ -12,6 +12,7 @@
 // type-checking them.
 
 import { setTimeout as sleep } from 'node:timers/promises'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import Fastify from 'fastify'
 import formbody from '@fastify/formbody'
 import Redis from 'ioredis'
@@ -116,6 +117,8 @@ async function sender (perSecond, stop, send, pending) {
  * random. Resolves with every answer once the last is in.
  */
 async function traffic (apps, ids, guessed, settings, stop) {
+  const loop = monitorEventLoopDelay({ resolution: 10 })
+  loop.enable()
   const answers = []
   const pending = []
   let strangers = 0
@@ -137,6 +140,9 @@ async function traffic (apps, ids, guessed, settings, stop) {
   ]
   await Promise.all(loops)
   await Promise.all(pending)
+  loop.disable()
+  // How late the event loop ran, in ms: a stall past timeoutMs times out every master at once.
+  answers.loopDelayMs = { p99: Math.round(loop.percentile(99) / 1e5) / 10, max: Math.round(loop.max / 1e5) / 10 }
   return answers
 }
 
@@ -215,21 +221,19 @@ async function failOver (replica) {
 }
 
 /**
- * One failover of `master` under traffic: `how` is 'failover' (CLUSTER FAILOVER on its replica,
- * the coordinated switch an operator starts) or 'kill' (SIGKILL of the master, which the cluster
- * detects after cluster-node-timeout). Traffic runs `beforeMs` before and `afterMs` after the
- * promotion. `lib` is the plugin's module: `{ exchangePace, RedisStore }`.
+ * Two app replicas, each on a client `makeClient()` gives, under traffic for `ids` and the guesser
+ * at `guessed`: `beforeMs`, then `trigger()` (which resolves with the time Redis answers again as
+ * the new master), then `afterMs`. Resolves with every answer, the units each replica's memory
+ * kept, the outage lines, and the keys under the run's prefix on the servers `ports()` names.
  */
-export async function runFailover (lib, cluster, master, how, settings) {
-  const prefix = `exchangepace-failover:${how}:${process.pid}:${Date.now()}:`
-  const { ids, onTarget } = await clientsBy(cluster, prefix, master, settings.clients)
-  const guessed = await guessedOn(cluster, prefix, master)
+async function drive (lib, makeClient, scenario, settings) {
+  const { prefix, ids, guessed, trigger, ports } = scenario
   const errors = []
   const outageLines = []
   const apps = []
   const kept = [[], []]
   const clients = [0, 1].map(() => {
-    const client = cluster.client({ enableAutoPipelining: true, lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } })
+    const client = makeClient()
     client.on('error', err => { errors.push(err.message) })
     return client
   })
@@ -241,21 +245,39 @@ export async function runFailover (lib, cluster, master, how, settings) {
     const running = traffic(apps, ids, guessed, settings, stop.signal)
     await sleep(settings.beforeMs)
     const triggeredAt = performance.now()
-    const replicaServer = cluster.replicaOf(master)
-    const promotion = promoted(replicaServer)
-    if (how === 'failover') await failOver(replicaServer)
-    else await master.kill()
-    const promotedAt = await promotion
+    const promotedAt = await trigger()
     await sleep(settings.afterMs)
     stop.abort()
     const answers = await running
     const stoppedAt = performance.now()
-    const left = await expiries(await masterPorts(cluster), prefix)
-    return { how, target: `127.0.0.1:${master.port}`, started, triggeredAt, promotedAt, stoppedAt, answers, kept, onTarget: [...onTarget], ids, guessed, outageLines, clientErrors: errors, left }
+    const left = await expiries(await ports(), prefix)
+    return { started, triggeredAt, promotedAt, stoppedAt, answers, kept, ids, guessed, outageLines, clientErrors: errors, left }
   } finally {
     await Promise.all(apps.map(app => app.close()))
     for (const client of clients) client.disconnect()
   }
+}
+
+/**
+ * One failover of `master` under traffic: `how` is 'failover' (CLUSTER FAILOVER on its replica,
+ * the coordinated switch an operator starts) or 'kill' (SIGKILL of the master, which the cluster
+ * detects after cluster-node-timeout). Traffic runs `beforeMs` before and `afterMs` after the
+ * promotion. `lib` is the plugin's module: `{ exchangePace, RedisStore }`.
+ */
+export async function runFailover (lib, cluster, master, how, settings) {
+  const prefix = `exchangepace-failover:${how}:${process.pid}:${Date.now()}:`
+  const { ids, onTarget } = await clientsBy(cluster, prefix, master, settings.clients)
+  const guessed = await guessedOn(cluster, prefix, master)
+  const replicaServer = cluster.replicaOf(master)
+  const trigger = async () => {
+    const promotion = promoted(replicaServer)
+    if (how === 'failover') await failOver(replicaServer)
+    else await master.kill()
+    return await promotion
+  }
+  const makeClient = () => cluster.client({ enableAutoPipelining: true, lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } })
+  const run = await drive(lib, makeClient, { prefix, ids, guessed, trigger, ports: () => masterPorts(cluster) }, settings)
+  return { how, target: `127.0.0.1:${master.port}`, onTarget: [...onTarget], ...run }
 }
 
 /**
@@ -266,38 +288,39 @@ export async function runFailover (lib, cluster, master, how, settings) {
 export async function runRestart (lib, settings) {
   const { dir, remove } = scratch()
   let server = await startServer(dir)
-  const prefix = `exchangepace-restart:${process.pid}:${Date.now()}:`
-  const errors = []
-  const outageLines = []
-  const apps = []
-  const kept = [[], []]
-  const clients = [0, 1].map(() => {
-    const client = new Redis({ port: server.port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1, lazyConnect: true })
-    client.on('error', err => { errors.push(err.message) })
-    return client
-  })
-  try {
-    await Promise.all(clients.map(client => client.connect()))
-    for (const [i, client] of clients.entries()) apps.push(await replica(lib, client, settings, prefix, outageLines, i, kept[i]))
-    const ids = Array.from({ length: settings.clients }, (_, i) => `client-${i}`)
-    const stop = new AbortController()
-    const started = performance.now()
-    const running = traffic(apps, ids, 'client-guessed', settings, stop.signal)
-    await sleep(settings.beforeMs)
-    const triggeredAt = performance.now()
+  const port = server.port
+  const ids = Array.from({ length: settings.clients }, (_, i) => `client-${i}`)
+  const trigger = async () => {
     await server.kill()
-    server = await startServer(dir, [], { port: server.port })
-    const promotedAt = performance.now() // the empty server answers from here on
-    await sleep(settings.afterMs)
-    stop.abort()
-    const answers = await running
-    const stoppedAt = performance.now()
-    const left = await expiries([server.port], prefix)
-    return { how: 'restart', target: null, started, triggeredAt, promotedAt, stoppedAt, answers, kept, onTarget: ids, ids, guessed: 'client-guessed', outageLines, clientErrors: errors, left }
+    server = await startServer(dir, [], { port })
+    return performance.now() // the empty server answers from here on
+  }
+  const makeClient = () => new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1, lazyConnect: true })
+  try {
+    const scenario = { prefix: `exchangepace-restart:${process.pid}:${Date.now()}:`, ids, guessed: 'client-guessed', trigger, ports: () => [port] }
+    return { how: 'restart', target: null, onTarget: ids, ...await drive(lib, makeClient, scenario, settings) }
   } finally {
-    await Promise.all(apps.map(app => app.close()))
-    for (const client of clients) client.disconnect()
     await server.kill()
     remove()
   }
+}
+
+/**
+ * A Sentinel failover under traffic (bench/sentinel.js's master, replica and three sentinels):
+ * `how` is 'failover' (SENTINEL FAILOVER, which demotes the master and disconnects its clients) or
+ * 'kill' (SIGKILL of the master, which the sentinels detect after down-after-milliseconds). The
+ * replicas' clients are ioredis Sentinel clients, which ask the sentinels for the master.
+ */
+export async function runSentinel (lib, deployment, how, settings) {
+  const ids = Array.from({ length: settings.clients }, (_, i) => `client-${i}`)
+  const { master, replica: successor } = await deployment.roles()
+  const trigger = async () => {
+    const promotion = promoted(successor)
+    if (how === 'failover') await deployment.failOver()
+    else await master.kill()
+    return await promotion
+  }
+  const makeClient = () => new Redis({ sentinels: deployment.sentinels, name: deployment.name, enableAutoPipelining: true, maxRetriesPerRequest: 1, lazyConnect: true })
+  const scenario = { prefix: `exchangepace-sentinel:${how}:${process.pid}:${Date.now()}:`, ids, guessed: 'client-guessed', trigger, ports: () => [successor.port] }
+  return { how: `sentinel ${how}`, target: null, onTarget: ids, ...await drive(lib, makeClient, scenario, settings) }
 }

@@ -6,7 +6,9 @@
 // while the traffic flows, first by CLUSTER FAILOVER on its replica, then (another master) by a
 // SIGKILL, on a cluster that serves every slot only while every master is up
 // (`cluster-require-full-coverage yes`, Redis's default) and on one that serves each master's
-// slots on their own (`no`). Last, a single Redis killed and restarted empty on the same port.
+// slots on their own (`no`). Then a single Redis killed and restarted empty on the same port. Last,
+// a master with a replica and three sentinels (down after the same timeout), through SENTINEL
+// FAILOVER and a SIGKILL, the replicas' clients asking the sentinels (bench/sentinel.js).
 // The store runs with retryMs 1000 (its default) and timeoutMs 250 (below). What is reported
 // (bench/failover-figures.js): requests failed, how far any client went beyond its bucket per
 // replica and over both, the per-second admissions of a client on a healthy master and of one on
@@ -18,7 +20,8 @@
 
 import exchangePace, { RedisStore } from 'exchangepace'
 import { startReplicatedCluster } from './cluster.js'
-import { runFailover, runRestart } from './failover-run.js'
+import { runFailover, runRestart, runSentinel } from './failover-run.js'
+import { startSentinels } from './sentinel.js'
 import { failoverFigures } from './failover-figures.js'
 import { byMode, log, parseOptions, redisServerVersion, table, writeResult } from './common.js'
 
@@ -26,13 +29,13 @@ const options = parseOptions()
 // timeoutMs 250, not the default 50: this machine, shared at a load average of about 10 on two
 // cores, stalls the process past 50 ms now and then, which times out every master at once (the
 // store's behaviour under a stall, not under a failover).
-const traffic = { rate: 10, clients: 24, sendPerSecond: 30, strangersPerSecond: 50, guessesPerSecond: 50, timeoutMs: 250, retryMs: 1000 }
+const traffic = { rate: 10, clients: 24, sendPerSecond: 20, strangersPerSecond: 20, guessesPerSecond: 20, timeoutMs: 250, retryMs: 1000 }
 const settings = byMode(options, {
-  full: { nodeTimeoutMs: 2000, coverages: [false, true], kinds: ['failover', 'kill'], traffic: { ...traffic, beforeMs: 5000, afterMs: 10_000 } },
-  quick: { nodeTimeoutMs: 1000, coverages: [false, true], kinds: ['failover', 'kill'], traffic: { ...traffic, beforeMs: 2000, afterMs: 3000 } },
+  full: { nodeTimeoutMs: 2000, coverages: [false, true], kinds: ['failover', 'kill'], sentinel: ['failover', 'kill'], traffic: { ...traffic, beforeMs: 5000, afterMs: 10_000 } },
+  quick: { nodeTimeoutMs: 1000, coverages: [false, true], kinds: ['failover', 'kill'], sentinel: ['failover', 'kill'], traffic: { ...traffic, beforeMs: 2000, afterMs: 3000 } },
   // The restart alone (test/redis-failover.test.ts runs the cluster's scenarios), long enough
   // after it for a retry (retryMs) to end an outage.
-  smoke: { nodeTimeoutMs: 1000, coverages: [], kinds: [], traffic: { ...traffic, clients: 6, beforeMs: 600, afterMs: 1500 } }
+  smoke: { nodeTimeoutMs: 1000, coverages: [], kinds: [], sentinel: [], traffic: { ...traffic, clients: 6, beforeMs: 600, afterMs: 1500 } }
 })
 const lib = { exchangePace, RedisStore }
 
@@ -54,8 +57,23 @@ async function clusterRuns () {
   return runs
 }
 
+/** Each Sentinel failover on a deployment of its own (sentinels refuse a second failover of one master for a while), down after nodeTimeoutMs. */
+async function sentinelRuns () {
+  const runs = []
+  for (const how of settings.sentinel) {
+    log(`  Sentinel, ${how}`)
+    const deployment = await startSentinels({ downAfterMs: settings.nodeTimeoutMs })
+    try {
+      runs.push({ fullCoverage: null, ...failoverFigures(await runSentinel(lib, deployment, how, settings.traffic), settings.traffic.rate) })
+    } finally {
+      await deployment.stop()
+    }
+  }
+  return runs
+}
+
 const row = figures => [
-  figures.how === 'restart' ? 'single Redis, restarted empty' : `${figures.how === 'kill' ? 'SIGKILL' : 'CLUSTER FAILOVER'}, full coverage ${figures.fullCoverage ? 'yes' : 'no'}`,
+  figures.fullCoverage === null ? figures.how : `${figures.how === 'kill' ? 'SIGKILL' : 'CLUSTER FAILOVER'}, full coverage ${figures.fullCoverage ? 'yes' : 'no'}`,
   String(figures.failed),
   String(figures.excessPerReplica),
   figures.excessSharedHealthy === null ? '-' : String(figures.excessSharedHealthy),
@@ -75,6 +93,7 @@ if (redisServerVersion() === null) {
   const runs = await clusterRuns()
   log('  restart of a single Redis')
   runs.push({ fullCoverage: null, ...failoverFigures(await runRestart(lib, settings.traffic), settings.traffic.rate) })
+  runs.push(...await sentinelRuns())
   log(table(['switch', 'failed', 'excess/replica', 'excess healthy', 'excess failed', 'promoted (s)', 'shared again (s)', 'other outages', 'guesses (switch)', 'no expiry'], runs.map(row)))
   const file = writeResult(options, 'failover', {
     description: 'a RedisStore through a Cluster failover and a restart of a single Redis, under two app replicas\' traffic',

@@ -4,13 +4,15 @@ import { installedOrSkip } from './helpers/cluster.js'
 import type { TapTest } from './shared-behaviour.js'
 // The bench's own (plain JavaScript): part 9 runs the same scenarios, longer.
 import { startReplicatedCluster } from '../bench/cluster.js'
-import { GUESS_LIMIT, runFailover, runRestart } from '../bench/failover-run.js'
+import { GUESS_LIMIT, runFailover, runRestart, runSentinel } from '../bench/failover-run.js'
+import { startSentinels } from '../bench/sentinel.js'
 import { failoverFigures } from '../bench/failover-figures.js'
 
 // Failover under load: two app replicas on a RedisStore, clients at three times their rate,
 // strangers and a guesser, while a master of a three-master cluster with replicas fails over
-// (CLUSTER FAILOVER on its replica, then a SIGKILL of another master), and while a single Redis
-// restarts empty. Short forms of bench/failover.js (part 9, docs/benchmarks.md has the long ones).
+// (CLUSTER FAILOVER on its replica, then a SIGKILL of another master), while a single Redis
+// restarts empty, and while a master watched by three sentinels is killed. Short forms of
+// bench/failover.js (part 9, docs/benchmarks.md has the long ones).
 
 const RATE = 5
 const SETTINGS = { rate: RATE, clients: 9, sendPerSecond: 3 * RATE, strangersPerSecond: 10, guessesPerSecond: 20, beforeMs: 1200, afterMs: 1500, timeoutMs: 500, retryMs: 250 }
@@ -65,5 +67,18 @@ if (installedOrSkip('redis-server', 'the failover tests start a cluster with rep
     const figures = failoverFigures(await runRestart(lib, SETTINGS), RATE)
     show(t, figures)
     common(t, figures)
+  })
+
+  t.test('a master watched by three sentinels is killed under traffic', async t => {
+    const sentinels = await startSentinels({ downAfterMs: 1000 })
+    t.teardown(sentinels.stop)
+    const figures = failoverFigures(await runSentinel(lib, sentinels, 'kill', SETTINGS), RATE)
+    show(t, figures)
+    common(t, figures)
+    t.ok(figures.outages.perReplica.some(outage => outage.warnings === 1), 'the store paced per replica for a while, one warning per replica')
+    for (const [replica, outage] of figures.outages.perReplica.entries()) {
+      if (outage.warnings === 0) continue
+      t.ok(outage.sharedAgainAfterPromotion !== null && outage.sharedAgainAfterPromotion <= 3, `replica ${replica}: shared again ${outage.sharedAgainAfterPromotion} s after the promotion, once the client asked the sentinels`)
+    }
   })
 }
