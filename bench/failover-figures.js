@@ -53,6 +53,20 @@ function admissions (run) {
   return byId
 }
 
+/** The time from each warning of `lines` (in order) to the end that follows it, or to `stoppedAt`, summed, in ms. */
+function paced (lines, stoppedAt) {
+  let total = 0
+  let since = null
+  for (const line of lines) {
+    if (line.level === 40 && since === null) since = line.at
+    else if (line.level === 30 && since !== null) {
+      total += line.at - since
+      since = null
+    }
+  }
+  return since === null ? total : total + stoppedAt - since
+}
+
 /** Each replica's outage lines about the target (or the single Redis), relative to the promotion, in s. */
 function outages (run) {
   const about = line => run.target === null || line.master === run.target
@@ -63,8 +77,9 @@ function outages (run) {
     const seconds = at => Math.round((at - run.promotedAt) / 10) / 100
     return {
       warnings: warned.length,
-      // From the first warning to the last end (or the end of the run), in s: how long this replica paced the keys in memory.
-      lasted: warned.length === 0 ? 0 : Math.round(((ended.length === 0 ? run.stoppedAt : ended[ended.length - 1]) - warned[0]) / 10) / 100,
+      // How long this replica paced the keys in memory, in s: from each warning to the end that
+      // follows it (or the end of the run), summed over the outages (a stall may add some).
+      lasted: Math.round(paced(lines, run.stoppedAt) / 10) / 100,
       firstWarningAfterTrigger: warned.length === 0 ? null : Math.round((warned[0] - run.triggeredAt) / 10) / 100,
       sharedAgainAfterPromotion: ended.length === 0 ? null : seconds(ended[ended.length - 1]),
       endedBy: lines.filter(line => line.level === 30).map(line => /no longer serves/.test(line.msg) ? 'slots moved' : 'answered')
