@@ -67,9 +67,10 @@ function paced (lines, stoppedAt) {
   return since === null ? total : total + stoppedAt - since
 }
 
-/** Each replica's outage lines about the target (or the single Redis), relative to the promotion, in s. */
+/** Each replica's outage lines about the target (or the single Redis, or the replica promoted in the target's place), relative to the promotion, in s. */
 function outages (run) {
-  const about = line => run.target === null || line.master === run.target
+  // The failed master's keys are the promoted replica's once ioredis has read the new map.
+  const about = line => run.target === null || line.master === run.target || line.master === run.successor
   const perReplica = [0, 1].map(replica => {
     const lines = run.outageLines.filter(line => line.replica === replica && about(line))
     const warned = lines.filter(line => line.level === 40).map(line => line.at)

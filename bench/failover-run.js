@@ -277,7 +277,7 @@ export async function runFailover (lib, cluster, master, how, settings) {
   }
   const makeClient = () => cluster.client({ enableAutoPipelining: true, lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } })
   const run = await drive(lib, makeClient, { prefix, ids, guessed, trigger, ports: () => masterPorts(cluster) }, settings)
-  return { how, target: `127.0.0.1:${master.port}`, onTarget: [...onTarget], ...run }
+  return { how, target: `127.0.0.1:${master.port}`, successor: `127.0.0.1:${replicaServer.port}`, onTarget: [...onTarget], ...run }
 }
 
 /**

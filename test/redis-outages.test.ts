@@ -181,3 +181,14 @@ t.test('\'open\' and \'closed\' say which master\'s keys fail open or closed', a
     t.ok((await reserve(client, pace, onB, 'grant')).reservation.granted, `${mode}: B's keys are paced by Redis`)
   }
 })
+
+t.test('a redirection ioredis passed on (MOVED from a batch a failover split) is no outage: that request takes the fallback, the next asks Redis', async t => {
+  const { client, store, pace, lines, onA } = setup()
+  const { asked, reservation } = await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
+  t.same([asked, reservation.granted, 'run' in reservation], [true, true, false], 'granted by the replica\'s memory')
+  t.notOk(store.unavailable)
+  t.same(lines, [], 'no warning')
+  t.ok((await reserve(client, pace, onA, 'grant')).asked, 'the next request goes to Redis')
+  await reserve(client, pace, onA, new Error(`ASK 885 ${PROMOTED}`))
+  t.notOk(store.unavailable, 'nor is an ASK')
+})

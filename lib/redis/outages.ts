@@ -21,6 +21,9 @@ export interface SlotMap {
 /** A Cluster's slot map (ioredis 5 and 6 keep it so). */
 type ClusterSlots = Required<SlotMap>
 
+/** A Cluster's answer that the key's slot is served elsewhere (MOVED) or being moved there (ASK). */
+const REDIRECTED = /^(?:MOVED|ASK) /
+
 /** One master's outage. */
 interface Outage {
   /** Its number among the store's outages: an answer to a request sent before it began ends nothing. */
@@ -77,8 +80,14 @@ export class Outages {
     return true
   }
 
-  /** A request for `key` failed, or timed out: its master is in outage, which warns when it begins. */
+  /**
+   * A request for `key` failed, or timed out: its master is in outage, which warns when it begins.
+   * A redirection the client passed on instead of following is no outage: ioredis does so for a
+   * command of an auto-pipelined batch whose other commands were answered (a failover moving the
+   * slots mid-batch), and has read the new master from it; the next request goes there.
+   */
   failed (key: string, err: Error, log: FastifyBaseLogger): void {
+    if (REDIRECTED.test(err.message)) return
     const slot = this.#slotOf(key)
     const master = this.#masterOf(slot)
     const now = performance.now()
