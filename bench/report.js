@@ -5,6 +5,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { BENCH_DIR, PARTS, fmt as f } from './common.js'
+import { failoverSection, failoverSummaryRow } from './report-failover.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
@@ -175,6 +176,7 @@ function summarySection (results) {
     }
   }
   if (results.guessing) rows.push(guessingSummaryRow(results.guessing))
+  if (results.failover && !results.failover.skipped) rows.push(failoverSummaryRow(results.failover))
   return ['## Summary', '', mdTable(['question', 'target', 'measured (median, spread)', ''], rows, ['l', 'l', 'l', 'l']), ''].join('\n')
 }
 
@@ -597,7 +599,8 @@ export function writeReport ({ resultsDir, docsDir }) {
     results.flood ? floodSection(results.flood) : null,
     results.redis ? redisSection(results.redis) : null,
     results.instructions ? instructionsSection(results.instructions) : null,
-    results.guessing ? guessingSection(results.guessing) : null
+    results.guessing ? guessingSection(results.guessing) : null,
+    results.failover ? failoverSection(results.failover) : null
   ].filter(section => section !== null).join('\n')
   writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
   written.push(join(docsDir, 'benchmarks.md'))

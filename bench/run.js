@@ -17,7 +17,8 @@
 // Parts: bucket (ns per call), memory (bytes per key, floods), http (CPU per request over
 // loopback, servers pinned with taskset), fidelity (admitted per window), flood (key flood), redis
 // (the same route on Redis stores), instructions (instructions per request under callgrind),
-// guessing (guesses at one client's secret that reach the check, over a simulated hour).
+// guessing (guesses at one client's secret that reach the check, over a simulated hour), failover
+// (a RedisStore through a Cluster failover and a restart of Redis, under traffic).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -35,7 +36,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], failover: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

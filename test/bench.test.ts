@@ -12,9 +12,10 @@ import { underCI } from './helpers/redis.js'
  * durations. Everything goes to a test directory: docs/ and bench/results/ are not touched.
  *
  * The Redis part needs a Redis server at REDIS_URL and the redis-server binary (for the server it
- * stops and continues), the instructions part valgrind. A part that finds them missing says so in
- * its results; its assertions are then skipped with that reason, except under CI, where .ci/run
- * installs and starts everything and a missing piece fails the run.
+ * stops and continues), the failover part redis-server, the instructions part valgrind. A part
+ * that finds them missing says so in its results; its assertions are then skipped with that
+ * reason, except under CI, where .ci/run installs and starts everything and a missing piece fails
+ * the run.
  */
 
 const repo = fileURLToPath(new URL('..', import.meta.url))
@@ -202,6 +203,20 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.ok(flapping.stalls >= 1, 'Redis was stopped at least once')
     t.ok(flapping.admitted > 0, 'requests were admitted')
     t.same(Object.keys(flapping.statuses).filter(code => code !== '200' && code !== '429'), [], 'every answer a 200 or a 429: no request failed because Redis stalled')
+  })
+
+  t.test('failover: a restart of Redis under two replicas\' traffic, nothing failed, no key left without expiry', async t => {
+    const failover = read(out, 'failover')
+    if (!ran(t, 'the failover part', failover.skipped)) return
+    t.same(failover.runs.map((r: Json) => r.how), ['restart'], 'the shortest form: the restart only (test/redis-failover.test.ts runs the cluster\'s)')
+    for (const r of failover.runs) {
+      t.equal(r.failed, 0, `${r.how}: no request failed`)
+      t.ok(r.statuses.client['200'] > 0 && r.statuses.guesser['401'] > 0, `${r.how}: clients admitted, guesses checked`)
+      t.ok(r.excessPerReplica <= 0, `${r.how}: each replica kept every client's bucket`)
+      t.equal(r.keysLeft.withoutExpiry, 0, `${r.how}: no key without an expiry`)
+      t.ok(r.perSecond.failing.length > 0, `${r.how}: per-second admissions`)
+    }
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 9. Failover')
   })
 
   t.test('instructions: a server counted under callgrind, and Redis\'s script calls', async t => {

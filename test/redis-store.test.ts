@@ -181,11 +181,12 @@ t.test('a reply the store does not read (another version\'s script under the com
   t.equal(local.size, 1)
   t.ok(store.unavailable)
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (the reserve script answered 16 bytes, not a reply this version reads: does another version of exchangepace define its commands on this client?); pacing per replica in memory until it answers again']])
-  store._answered(pace as never, store._outage, recordingLog().log)
+  store._answered(pace as never, 'exchangepace:/token:reporting', store._outage)
+  t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'], 'said by the logger that warned')
   const text = pace.reserve('reporting')
   client.reserves[1].answer('granted')
   await text
-  t.match(lines[1][1], /the reserve script answered string, not a reply/, 'a reply that is not a Buffer too')
+  t.match(lines[2][1], /the reserve script answered string, not a reply/, 'a reply that is not a Buffer too')
 })
 
 t.test('a refusal carries Redis\' exact wait and refunds nothing', async t => {

@@ -1,7 +1,7 @@
 /**
  * One pace of a RedisStore as a request meets it: the reservation sent to Redis, its deadline, the
  * fallback pace beside it, and the refund of what Redis granted. When the store counts Redis as
- * unavailable is the store's (store.ts); what the scripts do is scripts.ts's.
+ * unavailable is outages.ts's; what the scripts do is scripts.ts's.
  */
 import type { FastifyBaseLogger } from 'fastify'
 import { Waiting, type Deadlines } from './deadlines.js'
@@ -71,12 +71,12 @@ function refusedByRedis (retryAfterMs: number): PaceReservation {
 
 /** A reservation waiting for Redis: past the store's timeout, its request takes the unavailable path. */
 class ReserveWaiting extends Waiting {
-  constructor (readonly pace: RedisPace, readonly local: Reservation | null, readonly resolve: (reservation: PaceReservation) => void) {
+  constructor (readonly pace: RedisPace, readonly redisKey: string, readonly local: Reservation | null, readonly resolve: (reservation: PaceReservation) => void) {
     super()
   }
 
   expire (): void {
-    this.pace._expired(this.local, this.resolve)
+    this.pace._expired(this.redisKey, this.local, this.resolve)
   }
 }
 
@@ -126,25 +126,25 @@ export class RedisPace implements SharedPace {
     const store = this.#store
     const local = this.#local === null ? null : this.#local.reserve(key)
     if (local !== null) {
-      // A refusal in memory is final while Redis is away, or when the unit is back within a
-      // second (a key above its rate, where asking Redis would only add load); otherwise Redis,
-      // which an operator may have reset, decides (see `#follow`).
-      if (!local.granted && (store.unavailable || local.retryAfterMs <= FOLLOW_AFTER_MS)) return Promise.resolve(local)
+      // A refusal in memory is final when the unit is back within a second (a key above its rate,
+      // where asking Redis would only add load), or while the key's master is away (below);
+      // otherwise Redis, which an operator may have reset, decides (see `#follow`).
+      if (!local.granted && local.retryAfterMs <= FOLLOW_AFTER_MS) return Promise.resolve(local)
       this.#track()
     }
-    if (!store._mayTry()) return Promise.resolve(local ?? this.#unavailable)
     const redisKey = this.#prefix + key
+    if (!store._mayTry(redisKey)) return Promise.resolve(local ?? this.#unavailable)
     const outage = store._outage
     return new Promise(resolve => {
       const deadlines = this.#deadlines
-      const waiting = new ReserveWaiting(this, local, resolve)
+      const waiting = new ReserveWaiting(this, redisKey, local, resolve)
       let answering: Promise<Buffer>
       try {
         answering = this.#windowMs === null
           ? this.#commands.exchangepaceReserveBuffer(redisKey, this.#rate)
           : this.#commands.exchangepaceReserveBuffer(redisKey, this.#rate, this.#windowMs)
       } catch (err) {
-        this.#failed(local, err as Error, resolve)
+        this.#failed(redisKey, local, err as Error, resolve)
         return
       }
       deadlines.start(waiting)
@@ -153,7 +153,7 @@ export class RedisPace implements SharedPace {
         if (length !== GRANT_BYTES && length !== REFUSAL_BYTES) {
           // Another script under this command's name (another version of this store on the same
           // client): the store is unavailable, not the request stuck on a reply it cannot read.
-          if (deadlines.answer(waiting)) this.#failed(local, new Error(`the reserve script answered ${length === -1 ? typeof reply : `${length} bytes`}, not a reply this version reads: does another version of exchangepace define its commands on this client?`), resolve)
+          if (deadlines.answer(waiting)) this.#failed(redisKey, local, new Error(`the reserve script answered ${length === -1 ? typeof reply : `${length} bytes`}, not a reply this version reads: does another version of exchangepace define its commands on this client?`), resolve)
           return
         }
         if (!deadlines.answer(waiting)) {
@@ -167,9 +167,9 @@ export class RedisPace implements SharedPace {
           local?.refund()
           resolve(refusedByRedis(reply.readDoubleLE(0)))
         }
-        store._answered(this, outage, this.#log)
+        store._answered(this, redisKey, outage)
       }, (err: Error) => {
-        if (deadlines.answer(waiting)) this.#failed(local, err, resolve)
+        if (deadlines.answer(waiting)) this.#failed(redisKey, local, err, resolve)
       })
     })
   }
@@ -194,9 +194,9 @@ export class RedisPace implements SharedPace {
     this.#store._track(this)
   }
 
-  /** @internal Redis did not answer a reservation within the timeout. */
-  _expired (local: Reservation | null, resolve: (reservation: PaceReservation) => void): void {
-    this.#failed(local, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`), resolve)
+  /** @internal Redis did not answer the reservation for `redisKey` within the timeout. */
+  _expired (redisKey: string, local: Reservation | null, resolve: (reservation: PaceReservation) => void): void {
+    this.#failed(redisKey, local, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`), resolve)
   }
 
   /**
@@ -204,9 +204,9 @@ export class RedisPace implements SharedPace {
    * fallback's grant, when it took one), before the outage is noted and logged (a logger that
    * throws must not leave it waiting).
    */
-  #failed (local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
+  #failed (redisKey: string, local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
     resolve(local ?? this.#unavailable)
-    this.#store._failed(err, this.#log)
+    this.#store._failed(redisKey, err, this.#log)
   }
 
   /** @internal Whether the store tracks this pace (its memory may hold rows). */

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { Deadlines } from './deadlines.js'
 import type { Pace } from '../bucket/pace.js'
+import { Outages, type SlotMap } from './outages.js'
 import { RedisPace } from './pace.js'
 import { defineCommands, keyName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
 import type { PaceBucket, PaceStore, SharedPace, StoredBucket } from '../store.js'
@@ -58,10 +59,8 @@ export class RedisStore implements PaceStore {
   readonly #commands: PaceCommands
   /** @internal The timeout of every reservation waiting for Redis, with one timer. */
   readonly _deadlines: Deadlines
-  #unavailable = false
-  /** Outages so far: one that began after a request was sent cannot be ended by its answer. */
-  #outages = 0
-  #triedAt = 0
+  /** Which masters are unavailable (one, for a client with one server), and when to try them again. */
+  readonly #outages: Outages
   /** The paces whose memory may hold rows (with `whenUnavailable: 'fallback'`), and where tidying them goes on. */
   readonly #tracked = new Set<RedisPace>()
   #tidyNext = this.#tracked.values()
@@ -85,6 +84,7 @@ export class RedisStore implements PaceStore {
     this.retryMs = retryMs
     this.whenUnavailable = whenUnavailable
     this.outage = OUTAGE[whenUnavailable]
+    this.#outages = new Outages(client as SlotMap, retryMs, whenUnavailable)
   }
 
   pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace {
@@ -119,33 +119,27 @@ export class RedisStore implements PaceStore {
     return `${this.prefix}${keyName(name)}:${key}`
   }
 
-  /** Whether Redis is treated as unavailable (since a failure, until it answers again). */
+  /**
+   * Whether Redis is treated as unavailable (since a failure, until it answers again): on a
+   * Cluster, whether any master is.
+   */
   get unavailable (): boolean {
-    return this.#unavailable
+    return this.#outages.any
   }
 
-  /** @internal The current outage's number (the last one's while Redis answers). */
+  /** @internal The latest outage's number, which a request sent now carries (see `Outages.answered`). */
   get _outage (): number {
-    return this.#outages
+    return this.#outages.begun
   }
 
-  /** @internal Whether a request should ask Redis: always while it answers; once per `retryMs` while not. */
-  _mayTry (): boolean {
-    if (!this.#unavailable) return true
-    const now = performance.now()
-    if (now - this.#triedAt < this.retryMs) return false
-    this.#triedAt = now
-    return true
+  /** @internal Whether a request for `redisKey` should ask Redis: always while its master answers; once per `retryMs` while not. */
+  _mayTry (redisKey: string): boolean {
+    return this.#outages.mayTry(redisKey)
   }
 
-  /** @internal Redis failed or timed out: warn once per outage. */
-  _failed (err: Error, log: FastifyBaseLogger): void {
-    this.#triedAt = performance.now()
-    if (this.#unavailable) return
-    this.#unavailable = true
-    this.#outages++
-    const fallback = this.whenUnavailable === 'fallback' ? 'pacing per replica in memory' : `failing ${this.whenUnavailable}`
-    log.warn({ err }, `exchangepace: Redis store unavailable (${err.message}); ${fallback} until it answers again`)
+  /** @internal A request for `redisKey` failed or timed out: its master is unavailable, with one warning per outage. */
+  _failed (redisKey: string, err: Error, log: FastifyBaseLogger): void {
+    this.#outages.failed(redisKey, err, log)
   }
 
   /** @internal `pace` granted from its memory, which may now hold rows. */
@@ -154,11 +148,9 @@ export class RedisStore implements PaceStore {
   }
 
   /**
-   * @internal Redis answered a reservation sent during outage number `sentIn` (or after it, while
-   * Redis answered): end the outage when that is the current one. The answer to a reservation sent
-   * before it began (in flight when another timed out) ends nothing: with Redis's latency around
-   * `timeoutMs`, such answers would end each outage as it began, and retryMs would never hold
-   * requests back from a slow Redis.
+   * @internal Redis answered a reservation for `redisKey` sent when outage number `sentIn` was the
+   * latest: the outage of its master ends, unless it began after the request was sent (see
+   * `Outages.answered`).
    *
    * A pace's memory is swept inside its own reserves; one whose routes get no more requests (an
    * app closed while the store lives on included) would keep its rows, so each answer also tidies
@@ -166,7 +158,7 @@ export class RedisStore implements PaceStore {
    * in turn, and a pace left with no rows is no longer tracked: the work per answer is the same
    * however many paces the store has had.
    */
-  _answered (answered: RedisPace, sentIn: number, log: FastifyBaseLogger): void {
+  _answered (answered: RedisPace, redisKey: string, sentIn: number): void {
     // Nothing to do when the only tracked pace is `answered`.
     if (this.#tracked.size > (answered._tracked ? 1 : 0)) {
       let next = this.#tidyNext.next()
@@ -177,8 +169,6 @@ export class RedisStore implements PaceStore {
       const pace = next.value as RedisPace
       if (pace !== answered && !pace._tidy()) this.#tracked.delete(pace)
     }
-    if (!this.#unavailable || sentIn !== this.#outages) return
-    this.#unavailable = false
-    log.info('exchangepace: Redis store answers again; paces are shared by all replicas again')
+    this.#outages.answered(redisKey, sentIn)
   }
 }

@@ -1,0 +1,106 @@
+// Part 9, failover: does a RedisStore keep its pace while Redis fails over or restarts empty?
+//
+// A Redis Cluster of three masters, each with a replica, on loopback (bench/cluster.js), carries
+// the traffic of two app replicas (bench/failover-run.js): clients at three times their rate,
+// strangers naming unknown client ids, a guesser at one client's secret. One master fails over
+// while the traffic flows, first by CLUSTER FAILOVER on its replica, then (another master) by a
+// SIGKILL, on a cluster that serves every slot only while every master is up
+// (`cluster-require-full-coverage yes`, Redis's default) and on one that serves each master's
+// slots on their own (`no`). Then a single Redis killed and restarted empty on the same port. Last,
+// a master with a replica and three sentinels (down after the same timeout), through SENTINEL
+// FAILOVER and a SIGKILL, the replicas' clients asking the sentinels (bench/sentinel.js).
+// The store runs with retryMs 1000 (its default) and timeoutMs 250 (below). What is reported
+// (bench/failover-figures.js): requests failed, how far any client went beyond its bucket per
+// replica and over both, the per-second admissions of a client on a healthy master and of one on
+// the failed master, when the failed master's keys were shared again after the promotion, the
+// guesses checked, and the keys left without an expiry.
+//
+// Run alone: node bench/failover.js [--quick|--smoke] [--out DIR]. Needs redis-server; without
+// it the part records that it was skipped, and why.
+
+import exchangePace, { RedisStore } from 'exchangepace'
+import { startReplicatedCluster } from './cluster.js'
+import { runFailover, runRestart, runSentinel } from './failover-run.js'
+import { startSentinels } from './sentinel.js'
+import { failoverFigures } from './failover-figures.js'
+import { byMode, log, parseOptions, redisServerVersion, table, writeResult } from './common.js'
+
+const options = parseOptions()
+// timeoutMs 250, not the default 50: this machine, shared at a load average of about 10 on two
+// cores, stalls the process past 50 ms now and then, which times out every master at once (the
+// store's behaviour under a stall, not under a failover).
+const traffic = { rate: 10, clients: 24, sendPerSecond: 20, strangersPerSecond: 20, guessesPerSecond: 20, timeoutMs: 250, retryMs: 1000 }
+const settings = byMode(options, {
+  full: { nodeTimeoutMs: 2000, coverages: [false, true], kinds: ['failover', 'kill'], sentinel: ['failover', 'kill'], traffic: { ...traffic, beforeMs: 5000, afterMs: 10_000 } },
+  quick: { nodeTimeoutMs: 1000, coverages: [false, true], kinds: ['failover', 'kill'], sentinel: ['failover', 'kill'], traffic: { ...traffic, beforeMs: 2000, afterMs: 3000 } },
+  // The restart alone (test/redis-failover.test.ts runs the cluster's scenarios), long enough
+  // after it for a retry (retryMs) to end an outage.
+  smoke: { nodeTimeoutMs: 1000, coverages: [], kinds: [], sentinel: [], traffic: { ...traffic, clients: 6, beforeMs: 600, afterMs: 1500 } }
+})
+const lib = { exchangePace, RedisStore }
+
+/** One cluster per coverage setting; on each, the kinds of failover in turn, each on another master. */
+async function clusterRuns () {
+  const runs = []
+  for (const fullCoverage of settings.coverages) {
+    const cluster = await startReplicatedCluster({ nodeTimeoutMs: settings.nodeTimeoutMs, fullCoverage })
+    try {
+      for (const [i, how] of settings.kinds.entries()) {
+        log(`  ${how}, cluster-require-full-coverage ${fullCoverage ? 'yes' : 'no'}`)
+        const run = await runFailover(lib, cluster, cluster.masters[i], how, settings.traffic)
+        runs.push({ fullCoverage, ...failoverFigures(run, settings.traffic.rate) })
+      }
+    } finally {
+      await cluster.stop()
+    }
+  }
+  return runs
+}
+
+/** Each Sentinel failover on a deployment of its own (sentinels refuse a second failover of one master for a while), down after nodeTimeoutMs. */
+async function sentinelRuns () {
+  const runs = []
+  for (const how of settings.sentinel) {
+    log(`  Sentinel, ${how}`)
+    const deployment = await startSentinels({ downAfterMs: settings.nodeTimeoutMs })
+    try {
+      runs.push({ fullCoverage: null, ...failoverFigures(await runSentinel(lib, deployment, how, settings.traffic), settings.traffic.rate) })
+    } finally {
+      await deployment.stop()
+    }
+  }
+  return runs
+}
+
+const row = figures => [
+  figures.fullCoverage === null ? figures.how : `${figures.how === 'kill' ? 'SIGKILL' : 'CLUSTER FAILOVER'}, full coverage ${figures.fullCoverage ? 'yes' : 'no'}`,
+  String(figures.failed),
+  String(figures.excessPerReplica),
+  figures.excessSharedHealthy === null ? '-' : String(figures.excessSharedHealthy),
+  `${figures.excessSharedFailing} (<= ${figures.boundFailing})`,
+  String(figures.promotionAfterTrigger),
+  figures.outages.perReplica.map(outage => outage.sharedAgainAfterPromotion ?? '-').join(' / '),
+  String(figures.outages.warningsForOtherMasters),
+  `${figures.guesses.checked} (${figures.guesses.checkedDuringSwitch})`,
+  `${figures.keysLeft.withoutExpiry} of ${figures.keysLeft.keys}`
+]
+
+if (redisServerVersion() === null) {
+  log('failover: skipped: redis-server is not installed')
+  writeResult(options, 'failover', { skipped: 'redis-server is not installed' })
+} else {
+  log(`failover: two replicas, ${settings.traffic.clients} clients at ${settings.traffic.rate}/s sending ${settings.traffic.sendPerSecond}/s, cluster-node-timeout ${settings.nodeTimeoutMs} ms`)
+  const runs = await clusterRuns()
+  log('  restart of a single Redis')
+  runs.push({ fullCoverage: null, ...failoverFigures(await runRestart(lib, settings.traffic), settings.traffic.rate) })
+  runs.push(...await sentinelRuns())
+  log(table(['switch', 'failed', 'excess/replica', 'excess healthy', 'excess failed', 'promoted (s)', 'shared again (s)', 'other outages', 'guesses (switch)', 'no expiry'], runs.map(row)))
+  const file = writeResult(options, 'failover', {
+    description: 'a RedisStore through a Cluster failover and a restart of a single Redis, under two app replicas\' traffic',
+    redisServer: redisServerVersion(),
+    nodeTimeoutMs: settings.nodeTimeoutMs,
+    traffic: settings.traffic,
+    runs
+  })
+  log(`failover: results in ${file}`)
+}

@@ -1,0 +1,89 @@
+import t from 'tap'
+import { exchangePace, RedisStore } from '../lib/index.js'
+import { installedOrSkip } from './helpers/cluster.js'
+import type { TapTest } from './shared-behaviour.js'
+// The bench's own (plain JavaScript): part 9 runs the same scenarios, longer.
+import { startReplicatedCluster } from '../bench/cluster.js'
+import { GUESS_LIMIT, runFailover, runRestart, runSentinel } from '../bench/failover-run.js'
+import { startSentinels } from '../bench/sentinel.js'
+import { failoverFigures } from '../bench/failover-figures.js'
+
+// Failover under load: two app replicas on a RedisStore, clients at three times their rate,
+// strangers and a guesser, while a master of a three-master cluster with replicas fails over
+// (CLUSTER FAILOVER on its replica, then a SIGKILL of another master), while a single Redis
+// restarts empty, and while a master watched by three sentinels is killed. Short forms of
+// bench/failover.js (part 9, docs/benchmarks.md has the long ones).
+
+const RATE = 5
+const SETTINGS = { rate: RATE, clients: 9, sendPerSecond: 3 * RATE, strangersPerSecond: 10, guessesPerSecond: 20, beforeMs: 1200, afterMs: 1500, timeoutMs: 1000, retryMs: 250 }
+const lib = { exchangePace, RedisStore }
+
+type Figures = ReturnType<typeof failoverFigures>
+
+/** The per-second admissions of the watched clients, as a TAP comment (second 0 begins at the trigger). */
+function show (t: TapTest, figures: Figures): void {
+  const row = (counts: Array<[number, number]> | null): string => counts === null ? '-' : counts.map(([k, n]) => `${k}:${n}`).join(' ')
+  t.comment(`${figures.how}: promoted ${figures.promotionAfterTrigger} s after the trigger; outages ${JSON.stringify(figures.outages.perReplica)}`)
+  t.comment(`admitted per second, healthy master's client ${figures.watched.healthy}: ${row(figures.perSecond.healthy)}`)
+  t.comment(`admitted per second, failed master's client ${figures.watched.failing}: ${row(figures.perSecond.failing)}`)
+  t.comment(`guesses: ${JSON.stringify(figures.guesses)}; keys left: ${JSON.stringify(figures.keysLeft)}`)
+}
+
+/** What holds through every switch: nothing fails, each replica keeps its bucket, no key lives forever, guesses stay few. */
+function common (t: TapTest, figures: Figures): void {
+  t.equal(figures.failed, 0, 'no request failed (no 5xx, no error)')
+  t.same(Object.keys(figures.statuses.stranger).filter(status => status !== '401' && status !== '429'), [], 'strangers: 401 or 429 only')
+  // Per replica, the units its memory kept, on its own clock: exact. Over both replicas, admissions
+  // by when the handler ran (Redis granted up to a round trip before): one unit of slack there.
+  t.ok(figures.excessPerReplica <= 0, `no client beyond its bucket on either replica (excess ${figures.excessPerReplica})`)
+  if (figures.excessSharedFailing !== null) t.ok(figures.excessSharedFailing <= figures.boundFailing + 1, `the failed master's clients: ${figures.excessSharedFailing} beyond the shared bucket, at most ${figures.boundFailing} (one bucket for a lost row, and each replica's own while paced in memory)`)
+  t.ok(figures.keysLeft.keys > 0, `keys in Redis after the run: ${figures.keysLeft.keys}`)
+  t.equal(figures.keysLeft.withoutExpiry, 0, 'no key without an expiry')
+  t.ok(figures.guesses.checked <= 2 * GUESS_LIMIT, `guesses checked: ${figures.guesses.checked} of ${figures.guesses.sent} (${figures.guesses.checkedDuringSwitch} during the switch), at most the failure budget per replica`)
+}
+
+if (installedOrSkip('redis-server', 'the failover tests start a cluster with replicas of their own')) {
+  t.test('a Cluster master fails over under traffic', async t => {
+    const cluster = await startReplicatedCluster({ nodeTimeoutMs: 1000, fullCoverage: false })
+    t.teardown(cluster.stop)
+
+    for (const [how, master] of [['failover', cluster.masters[0]], ['kill', cluster.masters[1]]] as const) {
+      t.test(how === 'failover' ? 'CLUSTER FAILOVER on a replica' : 'SIGKILL of a master', async t => {
+        const figures = failoverFigures(await runFailover(lib, cluster, master, how, SETTINGS), RATE)
+        show(t, figures)
+        common(t, figures)
+        // A master that stayed up may still miss timeoutMs when this machine is loaded enough to
+        // stall a process for a second (every master's own outage is checked on a scripted cluster
+        // in test/redis-outages.test.ts); nothing else may put its keys on the fallback.
+        const others = figures.outages.otherMasters
+        t.same(others.filter(other => !/^no answer within/.test(other.error)), [], 'no master that stayed up failed')
+        if (others.length > 0) t.comment(`timeouts of masters that stayed up (a stall of the machine): ${JSON.stringify(others)}`)
+        else t.ok(figures.excessSharedHealthy! <= 1, `the healthy masters' clients stay shared: their bucket holds over both replicas (excess ${figures.excessSharedHealthy})`)
+        for (const [replica, outage] of figures.outages.perReplica.entries()) {
+          if (outage.warnings === 0) continue
+          t.ok(outage.sharedAgainAfterPromotion !== null && outage.sharedAgainAfterPromotion <= 3, `replica ${replica}: the failed master's keys shared again ${outage.sharedAgainAfterPromotion} s after the promotion`)
+        }
+        if (how === 'kill') t.ok(figures.outages.perReplica.some(outage => outage.warnings > 0), 'the killed master\'s keys were paced per replica for a while')
+      })
+    }
+  })
+
+  t.test('a single Redis restarts empty under traffic', async t => {
+    const figures = failoverFigures(await runRestart(lib, SETTINGS), RATE)
+    show(t, figures)
+    common(t, figures)
+  })
+
+  t.test('a master watched by three sentinels is killed under traffic', async t => {
+    const sentinels = await startSentinels({ downAfterMs: 1000 })
+    t.teardown(sentinels.stop)
+    const figures = failoverFigures(await runSentinel(lib, sentinels, 'kill', SETTINGS), RATE)
+    show(t, figures)
+    common(t, figures)
+    t.ok(figures.outages.perReplica.some(outage => outage.warnings > 0), 'the store paced per replica for a while')
+    for (const [replica, outage] of figures.outages.perReplica.entries()) {
+      if (outage.warnings === 0) continue
+      t.ok(outage.sharedAgainAfterPromotion !== null && outage.sharedAgainAfterPromotion <= 3, `replica ${replica}: shared again ${outage.sharedAgainAfterPromotion} s after the promotion, once the client asked the sentinels`)
+    }
+  })
+}

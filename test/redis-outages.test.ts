@@ -1,0 +1,194 @@
+import t from 'tap'
+import fc from 'fast-check'
+import { createRequire } from 'node:module'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyBaseLogger } from 'fastify'
+import { Pace, RedisStore, type PaceReservation, type RedisUnavailable } from '../lib/index.js'
+import { keySlot } from '../lib/redis/key-slot.js'
+
+// A RedisStore on a Cluster keeps one outage per master: a master that fails sends only the keys of
+// its slots to the `whenUnavailable` path, the other masters' keys stay shared, and the outage ends
+// when the master answers a retry or when the cluster moves its slots to another master (a replica
+// promoted in its place). The client here is scripted: it has a Cluster's slot map (`isCluster`,
+// `slots`) and answers each call as the test says. test/redis-failover.test.ts does it on a real
+// cluster.
+
+// ioredis routes by cluster-key-slot's number (a dependency of ioredis, without types of its own),
+// which is Redis's but for a key whose first tag is empty and followed by another }: Redis hashes
+// all of `foo{}{bar}`, cluster-key-slot hashes `{bar`, and Redis's MOVED sends ioredis to the
+// master that holds the key.
+const clusterKeySlot = createRequire(import.meta.url)('cluster-key-slot') as (key: string) => number
+
+t.test('keySlot is Redis\'s slot: CRC16 of the key, or of its hash tag, modulo 16384', async t => {
+  // Rows: a key and the slot Redis gives it (CLUSTER KEYSLOT), with why the row is there.
+  const table: Array<[string, number, string]> = [
+    ['123456789', 0x31c3, 'the CRC16/XMODEM check value'],
+    ['foo', 12182, 'a plain key'],
+    ['somekey', 11058, 'the example of Redis\'s CLUSTER KEYSLOT page'],
+    ['foo{hash_tag}', 2515, 'a hash tag: only hash_tag is hashed'],
+    ['bar{hash_tag}', 2515, 'so keys with one tag share a slot'],
+    ['{}foo', 9500, 'an empty tag: the whole key'],
+    ['', 0, 'the empty key']
+  ]
+  for (const [key, slot, why] of table) t.equal(keySlot(key), slot, `${JSON.stringify(key)}: ${why}`)
+  t.equal(keySlot('foo{}{bar}'), 8363, 'the first { and the first } after it make an empty tag: the whole key is hashed, as Redis does')
+  t.equal(keySlot('foo{{bar}}zap'), keySlot('{bar'), 'the tag of foo{{bar}}zap is "{bar"')
+  t.equal(keySlot('exchangepace:/token:é😀'), clusterKeySlot('exchangepace:/token:é😀'), 'UTF-8 bytes, as ioredis sends them')
+  const keys = fc.array(fc.constantFrom('{', '}', 'a', 'b', ':', 'é', '😀', '/'), { maxLength: 24 }).map(parts => parts.join(''))
+  const routed = keys.filter(key => !key.includes('{}'))
+  t.doesNotThrow(() => { fc.assert(fc.property(routed, key => keySlot(key) === clusterKeySlot(key)), { numRuns: 2000 }) }, 'the slot ioredis routes by, on keys full of braces and multibyte characters')
+})
+
+interface Call {
+  key: string
+  resolve: (reply: Buffer) => void
+  reject: (err: Error) => void
+}
+
+const A = '127.0.0.1:7001'
+const B = '127.0.0.1:7002'
+const PROMOTED = '127.0.0.1:7004'
+
+/** A grant as the reserve script answers it: the units left, the run, the grant's number and its time. */
+function grant (): Buffer {
+  return Buffer.alloc(40)
+}
+
+/** A Cluster's slot map and scripted calls: slots 0-8191 served by A, 8192-16383 by B. */
+class ScriptedCluster {
+  readonly isCluster = true
+  readonly slots: Array<string[] | undefined> = Array.from({ length: 16384 }, (_, slot) => [slot < 8192 ? A : B, '127.0.0.1:7005'])
+  readonly reserves: Call[] = []
+
+  defineCommand (): void {}
+
+  exchangepaceReserveBuffer (key: string): Promise<Buffer> {
+    return new Promise((resolve, reject) => { this.reserves.push({ key, resolve, reject }) })
+  }
+
+  exchangepaceRefund (): Promise<number> {
+    return Promise.resolve(1)
+  }
+
+  /** Every slot of `from` now served by `to` (a failover, or the map ioredis reads after one). */
+  move (from: string, to: string | undefined): void {
+    for (let slot = 0; slot < 16384; slot++) {
+      if (this.slots[slot]?.[0] === from) this.slots[slot] = to === undefined ? undefined : [to]
+    }
+  }
+}
+
+/** The first ids whose keys (`exchangepace:/token:` + id) fall on A and on B. */
+function idsOn (): { onA: string, onB: string } {
+  const ids = Array.from({ length: 50 }, (_, i) => `client-${i}`)
+  const onA = ids.find(id => keySlot(`exchangepace:/token:${id}`) < 8192)!
+  const onB = ids.find(id => keySlot(`exchangepace:/token:${id}`) >= 8192)!
+  return { onA, onB }
+}
+
+function recordingLog (): { log: FastifyBaseLogger, lines: Array<[string, string, string | undefined]> } {
+  const lines: Array<[string, string, string | undefined]> = []
+  const record = (level: string) => (objOrMsg: unknown, msg?: string) => {
+    if (typeof objOrMsg === 'string') lines.push([level, objOrMsg, undefined])
+    else lines.push([level, String(msg), (objOrMsg as { master?: string }).master])
+  }
+  return { log: { warn: record('warn'), info: record('info'), debug: record('debug') } as unknown as FastifyBaseLogger, lines }
+}
+
+function setup (whenUnavailable: RedisUnavailable = 'fallback') {
+  const client = new ScriptedCluster()
+  const store = new RedisStore({ client, timeoutMs: 1000, retryMs: 100, whenUnavailable })
+  const { log, lines } = recordingLog()
+  const pace = store.pace('/token', { limit: 100, window: 1 }, new Pace({ perSecond: 100 }), log)
+  return { client, store, pace, lines, ...idsOn() }
+}
+
+/** Reserves `id`, answering the call Redis gets (if any) with `answer`; says whether Redis was asked. */
+async function reserve (client: ScriptedCluster, pace: ReturnType<typeof setup>['pace'], id: string, answer: 'grant' | Error): Promise<{ asked: boolean, reservation: PaceReservation }> {
+  const before = client.reserves.length
+  const reserving = pace.reserve(id)
+  const asked = client.reserves.length > before
+  if (asked) {
+    const call = client.reserves[before]
+    if (answer === 'grant') call.resolve(grant())
+    else call.reject(answer)
+  }
+  return { asked, reservation: await reserving }
+}
+
+t.test('a master that fails sends only its own keys to the fallback; the other masters\' keys stay shared', async t => {
+  const { client, store, pace, lines, onA, onB } = setup()
+  t.ok((await reserve(client, pace, onA, new Error('Connection is closed.'))).asked)
+  t.ok(store.unavailable, 'a master is unavailable')
+  t.same(lines, [['warn', `exchangepace: Redis master ${A} unavailable (Connection is closed.); pacing its keys per replica in memory until it answers again`, A]], 'one warning, naming the master')
+  t.notOk((await reserve(client, pace, onA, 'grant')).asked, 'A\'s keys: the fallback, without waiting')
+  for (let i = 0; i < 3; i++) t.ok((await reserve(client, pace, onB, 'grant')).asked, 'B\'s keys: Redis, every time')
+  t.equal(lines.length, 1, 'B\'s answers end nothing of A\'s outage')
+  t.ok(store.unavailable)
+})
+
+t.test('each master has its own outage, warning, retries and end', async t => {
+  const { client, store, pace, lines, onA, onB } = setup()
+  await reserve(client, pace, onA, new Error('ETIMEDOUT'))
+  await reserve(client, pace, onB, new Error('ECONNRESET'))
+  t.same(lines.map(([level, , master]) => [level, master]), [['warn', A], ['warn', B]], 'one warning per master')
+  await sleep(150) // both retries are due
+  t.ok((await reserve(client, pace, onA, new Error('ETIMEDOUT'))).asked, 'A is retried')
+  t.equal(lines.length, 2, 'a failed retry is the same outage')
+  t.ok((await reserve(client, pace, onB, 'grant')).asked, 'B is retried too, right after A: each master has its own retryMs')
+  t.same(lines[2], ['info', `exchangepace: Redis master ${B} answers again; its keys are shared by all replicas again`, B])
+  t.notOk((await reserve(client, pace, onA, 'grant')).asked, 'A waits out its retryMs from its failed retry')
+  t.ok((await reserve(client, pace, onB, 'grant')).asked, 'B\'s keys are shared again')
+  t.ok(store.unavailable, 'A is still out')
+  await sleep(150)
+  t.ok((await reserve(client, pace, onA, 'grant')).asked)
+  t.notOk(store.unavailable)
+  t.same(lines.map(([level, , master]) => [level, master]), [['warn', A], ['warn', B], ['info', B], ['info', A]])
+})
+
+t.test('an outage ends when the master\'s slots move to another master, as a failover moves them', async t => {
+  const { client, store, pace, lines, onA, onB } = setup()
+  await reserve(client, pace, onA, new Error('Connection is closed.'))
+  client.move(A, PROMOTED)
+  t.ok((await reserve(client, pace, onA, 'grant')).asked, 'A\'s keys go to the promoted master at once, without waiting for retryMs')
+  t.notOk(store.unavailable)
+  t.same(lines[1], ['info', `exchangepace: Redis master ${A} no longer serves its keys (${PROMOTED} does); they are shared by all replicas again`, A])
+  await reserve(client, pace, onB, new Error('Connection is closed.'))
+  client.move(B, undefined)
+  t.ok((await reserve(client, pace, onA, 'grant')).asked, 'any request notices a move: here one for another master')
+  t.match(lines[3][1], /no longer serves its keys \(no master does\)/, 'a slot map that names no master for them (ioredis has not read the new one yet) ends it too')
+})
+
+t.test('a cluster whose slot map is not known yet (not connected) has one outage for every key, as one server', async t => {
+  const { client, store, pace, lines, onA, onB } = setup()
+  client.slots.fill(undefined)
+  await reserve(client, pace, onA, new Error('Connection is closed.'))
+  t.notOk((await reserve(client, pace, onB, 'grant')).asked, 'every key is in the one outage')
+  t.same(lines, [['warn', 'exchangepace: Redis store unavailable (Connection is closed.); pacing per replica in memory until it answers again', undefined]])
+  client.slots.fill([B])
+  t.ok((await reserve(client, pace, onB, 'grant')).asked, 'once the map names masters, they are tried')
+  t.match(lines[1][1], new RegExp(`Redis store no longer serves its keys \\(${B} does\\)`))
+  t.notOk(store.unavailable)
+})
+
+t.test('\'open\' and \'closed\' say which master\'s keys fail open or closed', async t => {
+  for (const mode of ['open', 'closed'] as const) {
+    const { client, pace, lines, onA, onB } = setup(mode)
+    await reserve(client, pace, onA, new Error('Connection is closed.'))
+    t.equal(lines[0][1], `exchangepace: Redis master ${A} unavailable (Connection is closed.); failing ${mode} for its keys until it answers again`)
+    const { asked, reservation } = await reserve(client, pace, onA, 'grant')
+    t.same([asked, reservation.granted], [false, mode === 'open'], `${mode}: A's keys take the ${mode} path`)
+    t.ok((await reserve(client, pace, onB, 'grant')).reservation.granted, `${mode}: B's keys are paced by Redis`)
+  }
+})
+
+t.test('a redirection ioredis passed on (MOVED from a batch a failover split) is no outage: that request takes the fallback, the next asks Redis', async t => {
+  const { client, store, pace, lines, onA } = setup()
+  const { asked, reservation } = await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
+  t.same([asked, reservation.granted, 'run' in reservation], [true, true, false], 'granted by the replica\'s memory')
+  t.notOk(store.unavailable)
+  t.same(lines, [], 'no warning')
+  t.ok((await reserve(client, pace, onA, 'grant')).asked, 'the next request goes to Redis')
+  await reserve(client, pace, onA, new Error(`ASK 885 ${PROMOTED}`))
+  t.notOk(store.unavailable, 'nor is an ASK')
+})
