@@ -2,11 +2,13 @@
 // `npm run bench`: runs the benchmark parts, each in its own process, then regenerates the report.
 //
 //   npm run bench                         every part, full length (about an hour, and 5 to 15 more
-//                                         for the guessing part's simulated hour); raw JSON in
+//                                         for the guessing part's simulated hour, then the soak's
+//                                         hour); raw JSON in
 //                                         bench/results/, report in docs/benchmarks.md and docs/fidelity.svg
 //   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is
 //                                         rebuilt from the latest JSON of every part
-//   npm run bench -- --quick              every part, shortened, for a quick look (about 2 minutes)
+//   npm run bench -- --quick              every part, shortened, for a quick look (about 6 minutes,
+//                                         4 of them the soak's)
 //   npm run bench -- --smoke              the shortest form of every part (what test/bench.test.ts runs)
 //   npm run bench -- --out DIR            raw JSON and the report go to DIR instead
 //   npm run bench -- --docs DIR           the report goes to DIR
@@ -17,7 +19,8 @@
 // Parts: bucket (ns per call), memory (bytes per key, floods), http (CPU per request over
 // loopback, servers pinned with taskset), fidelity (admitted per window), flood (key flood), redis
 // (the same route on Redis stores), instructions (instructions per request under callgrind),
-// guessing (guesses at one client's secret that reach the check, over a simulated hour).
+// guessing (guesses at one client's secret that reach the check, over a simulated hour), soak (an
+// hour of mixed traffic through two replicas per store: rows, heap, RSS, event-loop delay, losses).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -35,7 +38,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], soak: [] }
 
 function runPart (part) {
   return new Promise(resolve => {
