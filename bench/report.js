@@ -6,6 +6,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { BENCH_DIR, PARTS, fmt as f } from './common.js'
 import { soakSection, soakSummaryRow, soakSvg } from './soak-report.js'
+import { capacitySection, capacitySummaryRows } from './capacity-report.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
@@ -156,6 +157,7 @@ function summarySection (results) {
     const cpu = redis.redisCpuPerRequestMicros
     rows.push(['Redis: Redis\'s own CPU per request', 'for reference', `exchangepace ${f(cpu['exchangepace-redis'].median, 2)} µs, @fastify/rate-limit ${f(cpu['ratelimit-redis'].median, 2)} µs`, ''])
   }
+  if (results.capacity && !results.capacity.skipped) rows.push(...capacitySummaryRows(results.capacity))
   if (redis?.flapping?.schedules) {
     const schedules = redis.flapping.schedules
     const within = schedules.every(s => s.mostInOneSecond <= s.oneSecondBound && s.admitted <= s.admittedBound)
@@ -604,7 +606,8 @@ export function writeReport ({ resultsDir, docsDir }) {
     results.redis ? redisSection(results.redis) : null,
     results.instructions ? instructionsSection(results.instructions) : null,
     results.guessing ? guessingSection(results.guessing) : null,
-    results.soak ? soakSection(results.soak, 'soak.svg') : null
+    results.soak ? soakSection(results.soak, 'soak.svg') : null,
+    results.capacity ? capacitySection(results.capacity) : null
   ].filter(section => section !== null).join('\n')
   writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
   written.push(join(docsDir, 'benchmarks.md'))

@@ -4,7 +4,8 @@
 //   npm run bench                         every part, full length (about an hour, and 5 to 15 more
 //                                         for the guessing part's simulated hour, then the soak's
 //                                         hour); raw JSON in
-//                                         bench/results/, report in docs/benchmarks.md and docs/fidelity.svg
+//                                         bench/results/, report in docs/benchmarks.md, docs/fidelity.svg
+//                                         and docs/soak.svg
 //   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is
 //                                         rebuilt from the latest JSON of every part
 //   npm run bench -- --quick              every part, shortened, for a quick look (about 6 minutes,
@@ -20,7 +21,8 @@
 // loopback, servers pinned with taskset), fidelity (admitted per window), flood (key flood), redis
 // (the same route on Redis stores), instructions (instructions per request under callgrind),
 // guessing (guesses at one client's secret that reach the check, over a simulated hour), soak (an
-// hour of mixed traffic through two replicas per store: rows, heap, RSS, event-loop delay, losses).
+// hour of mixed traffic through two replicas per store: rows, heap, RSS, event-loop delay, losses),
+// capacity (Redis's CPU, bytes and round trips per request: what one Redis core carries).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -38,7 +40,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], soak: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], soak: [], capacity: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

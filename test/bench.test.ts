@@ -266,6 +266,27 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 9. Soak')
   })
 
+  t.test('capacity: each line on a Redis of its own; the three paces four calls a request, batched', async t => {
+    const capacity = read(out, 'capacity')
+    if (!ran(t, 'the capacity part', capacity.skipped)) return
+    t.equal(capacity.results.length, 14, 'eight script lines and six routes')
+    for (const r of capacity.results) {
+      t.ok(r.scriptMicros > 0 && r.redisCpuMicros > 0 && r.nodeCpuMicros > 0, `${r.name}: Redis's and Node's CPU per request`)
+      t.ok(r.bytesIn > 0 && r.bytesOut > 0 && r.redisReads > 0, `${r.name}: bytes and reads per request`)
+      t.ok(r.capacity.perCoreWithIo > 0, `${r.name}: requests per Redis core`)
+    }
+    const calls = Object.fromEntries(capacity.results.map((r: Json) => [r.name, Math.round(r.scriptCalls)]))
+    t.same([
+      calls['exchangepace, one pace (200)'], calls['exchangepace, one pace, wrong secret (401, refunded)'],
+      calls['exchangepace, the recommended three paces (200)'], calls['exchangepace, the recommended three paces, wrong secret (401)'],
+      calls['three paces, a call each, then the budget\'s refund'], calls['three paces in one call (one slot), then the budget\'s refund']
+    ], [1, 2, 4, 4, 4, 2], 'script calls per request: a refund on a 401 with one pace, on every request with three')
+    const writes = (name: string) => capacity.results.find((r: Json) => r.name === name).clientWrites
+    t.equal(Math.round(writes('exchangepace, three paces, no auto-pipelining (200)')), 4, 'without auto-pipelining, a write per script call')
+    t.ok(writes('exchangepace, the recommended three paces (200)') < 4, 'with it, fewer')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 10. Capacity')
+  })
+
   t.test('the report and the chart are written next to the results', async t => {
     const md = readFileSync(join(out, 'benchmarks.md'), 'utf8')
     for (const heading of ['## Summary', '## Machine and commands', '## 1. Bucket cost', '## 2. Memory', '## 3. HTTP cost', '## 4. Fidelity', '## 5. Key flood', '### The borrowed name', '## 6. Redis', '## 7. Instructions per request']) {
