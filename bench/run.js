@@ -8,7 +8,7 @@
 //                                         and docs/soak.svg
 //   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is
 //                                         rebuilt from the latest JSON of every part
-//   npm run bench -- --quick              every part, shortened, for a quick look (about 6 minutes,
+//   npm run bench -- --quick              every part, shortened, for a quick look (about 7 minutes,
 //                                         4 of them the soak's)
 //   npm run bench -- --smoke              the shortest form of every part (what test/bench.test.ts runs)
 //   npm run bench -- --out DIR            raw JSON and the report go to DIR instead
