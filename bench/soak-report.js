@@ -43,7 +43,10 @@ export function soakSummaryRow (soak) {
 }
 
 function sampleTable (store, s) {
-  const rows = s.samples.map(sample => {
+  // At most about a dozen rows: every sample is in the JSON and on the plot.
+  const step = Math.ceil(s.samples.length / 12)
+  const shown = s.samples.filter((_, i) => (i + 1) % step === 0 || i === 0)
+  const rows = shown.map(sample => {
     const redis = sample.redis ? [count(sum(Object.values(sample.redis.keys))), f(sample.redis.usedMemoryMB)] : []
     return [minutes(sample.atS),
       sample.replicas.map(r => Object.values(r.rows).map(count).join(' / ')).join(' · '),
@@ -61,11 +64,13 @@ function mdTable (header, rows) {
 }
 
 function checksTable (s) {
-  return mdTable(['replica', 'responses', 'client pace: units kept / 200s', 'budget: units kept / 401s', 'budget rows over the bound (samples)', 'one-second rows at the end', 'refund calls to Redis: sent / unanswered', 'heap MB, middle → last third', 'RSS MB', 'rows'],
-    s.checks.replicas.map((r, i) => [String(i + 1), Object.entries(r.statuses).map(([code, n]) => `${code}: ${count(n)}`).join(', '),
-      `${count(r.clientPace.kept)} / ${count(r.clientPace.accepted)}`, `${count(r.budgetPace.kept)} / ${count(r.budgetPace.rejected)}`, String(r.budgetRowsOverBound), String(r.oneSecondRowsAtEnd),
-      r.refunds === null ? '-' : `${count(r.refunds.sent)} / ${r.refundsUnanswered}`,
-      `${f(r.flat.heapMB.middle)} → ${f(r.flat.heapMB.last)}`, `${f(r.flat.rssMB.middle)} → ${f(r.flat.rssMB.last)}`, `${count(r.flat.rows.middle)} → ${count(r.flat.rows.last)}`]))
+  const redis = s.checks.redis !== null
+  return mdTable(['replica', 'responses', 'client pace: units kept / 200s', 'budget: units kept / 401s', 'budget rows over the bound (samples)', 'one-second rows at the end',
+    ...(redis ? ['refund calls to Redis: sent / gave back / nothing owed / unanswered', 'outages logged'] : []), 'heap MB, middle → last third', 'RSS MB', 'rows'],
+  s.checks.replicas.map((r, i) => [String(i + 1), Object.entries(r.statuses).map(([code, n]) => `${code}: ${count(n)}`).join(', '),
+    `${count(r.clientPace.kept)} / ${count(r.clientPace.accepted)}`, `${count(r.budgetPace.kept)} / ${count(r.budgetPace.rejected)}`, String(r.budgetRowsOverBound), String(r.oneSecondRowsAtEnd),
+    ...(redis ? [`${count(r.refunds.sent)} / ${count(r.refunds.gave)} / ${count(r.refunds.nothing)} / ${r.refundsUnanswered}`, count(r.outagesLogged)] : []),
+    `${f(r.flat.heapMB.middle)} → ${f(r.flat.heapMB.last)}`, `${f(r.flat.rssMB.middle)} → ${f(r.flat.rssMB.last)}`, `${count(r.flat.rows.middle)} → ${count(r.flat.rows.last)}`]))
 }
 
 export function soakSection (soak, svgName) {
@@ -79,6 +84,12 @@ export function soakSection (soak, svgName) {
     out.push(checksTable(s), '')
     out.push(sampleTable(store, s), '')
   }
+  const redis = soak.stores.redis
+  if (redis) {
+    const logged = redis.checks.replicas.map(r => r.outagesLogged)
+    out.push(`The Redis replicas logged ${logged.map(count).join(' and ')} outages (a warning each) for the ${soak.stalls.length} times the server was stopped: any answer later than \`timeoutMs\` (50 ms) starts one, and on this machine, loaded by other work as the event-loop delay shows, many came later than that; each is paced in the replica's memory until a retry is answered (\`retryMs\`, 1 s). "Nothing owed" counts the refund calls Redis answered 0: the grant's key had expired (its bucket full again) or its run had ended before the refund arrived, which the refund rule gives nothing for; the units each pace kept match the exchanges all the same.`, '')
+  }
+  out.push('A failure budget\'s rows in a replica\'s memory go up and down between one window\'s and two windows\' worth of failing (client, source) pairs: the sweep, once a window, deletes the rows whose latest grant is a window old, and heap follows them. A RedisStore replica holds the same rows as an in-process one, since its memory paces every request first (docs/stores.md, "The fallback is always warm"); Redis itself holds a failure budget\'s key only until its bucket is full again, one unit (120 s) after a single failure.', '')
   out.push(`Flat means the median of the last third of the samples within 10% (plus 2 MB of heap, 10 MB of RSS, 100 rows) of the middle third's, per replica; the first third is the warm-up (a failure budget's rows fill for one window). The bound on a budget's rows is twice the (client, source) pairs the replica was sent within the last window, plus the registered clients and the guesser: the sweep runs when the table doubled or a horizon passed. Command: \`${soak.command}\`.`, '')
   return out.join('\n')
 }
@@ -125,7 +136,7 @@ function panel (soak, spec, top, geometry) {
   }
   parts.push(`<line x1="${left}" y1="${top + height}" x2="${left + width}" y2="${top + height}" stroke="#444"/>`)
   const tick = seconds >= 1800 ? 600 : seconds >= 240 ? 60 : Math.max(1, Math.round(seconds / 4))
-  for (let t = 0; t <= seconds; t += tick) parts.push(`<text x="${x(t).toFixed(1)}" y="${top + height + 16}" text-anchor="middle">${minutes(t)}</text>`)
+  for (let t = 0; t <= seconds; t += tick) parts.push(`<text x="${x(t).toFixed(1)}" y="${top + height + 16}" text-anchor="middle">${t === 0 ? 0 : minutes(t)}</text>`)
   return parts
 }
 
