@@ -6,6 +6,8 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { BENCH_DIR, PARTS, fmt as f } from './common.js'
 import { failoverSection, failoverSummaryRow } from './report-failover.js'
+import { soakSection, soakSummaryRow, soakSvg } from './soak-report.js'
+import { capacitySection, capacitySummaryRows } from './capacity-report.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
@@ -156,6 +158,7 @@ function summarySection (results) {
     const cpu = redis.redisCpuPerRequestMicros
     rows.push(['Redis: Redis\'s own CPU per request', 'for reference', `exchangepace ${f(cpu['exchangepace-redis'].median, 2)} µs, @fastify/rate-limit ${f(cpu['ratelimit-redis'].median, 2)} µs`, ''])
   }
+  if (results.capacity && !results.capacity.skipped) rows.push(...capacitySummaryRows(results.capacity))
   if (redis?.flapping?.schedules) {
     const schedules = redis.flapping.schedules
     const within = schedules.every(s => s.mostInOneSecond <= s.oneSecondBound && s.admitted <= s.admittedBound)
@@ -177,6 +180,7 @@ function summarySection (results) {
   }
   if (results.guessing) rows.push(guessingSummaryRow(results.guessing))
   if (results.failover && !results.failover.skipped) rows.push(failoverSummaryRow(results.failover))
+  if (results.soak) rows.push(soakSummaryRow(results.soak))
   return ['## Summary', '', mdTable(['question', 'target', 'measured (median, spread)', ''], rows, ['l', 'l', 'l', 'l']), ''].join('\n')
 }
 
@@ -581,6 +585,10 @@ export function writeReport ({ resultsDir, docsDir }) {
     writeFileSync(join(docsDir, svgName), fidelitySvg(results.fidelity))
     written.push(join(docsDir, svgName))
   }
+  if (results.soak) {
+    writeFileSync(join(docsDir, 'soak.svg'), soakSvg(results.soak))
+    written.push(join(docsDir, 'soak.svg'))
+  }
   const md = [
     '# Benchmarks',
     '',
@@ -588,7 +596,7 @@ export function writeReport ({ resultsDir, docsDir }) {
     '',
     'Five questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, whether an attacker can reset or exhaust it, and how many guesses at a client\'s secret it lets reach the check; and, for a pace shared through Redis, what that costs. Each part below answers one, with @fastify/rate-limit (and, for the bucket and the guessing, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
     '',
-    'Run it: `npm run bench` (all parts, about an hour before the guessing part (part 7 counts under callgrind for about 40 minutes), whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
+    'Run it: `npm run bench` (all parts, about an hour before the guessing part (part 7 counts under callgrind for about 40 minutes), whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12; then the failover runs, part 9, about 2 minutes, the hour of the soak, part 10, and the capacity rounds, part 11), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
     '',
     summarySection(results),
     machineSection(results),
@@ -600,7 +608,9 @@ export function writeReport ({ resultsDir, docsDir }) {
     results.redis ? redisSection(results.redis) : null,
     results.instructions ? instructionsSection(results.instructions) : null,
     results.guessing ? guessingSection(results.guessing) : null,
-    results.failover ? failoverSection(results.failover) : null
+    results.failover ? failoverSection(results.failover) : null,
+    results.soak ? soakSection(results.soak, 'soak.svg') : null,
+    results.capacity ? capacitySection(results.capacity) : null
   ].filter(section => section !== null).join('\n')
   writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
   written.push(join(docsDir, 'benchmarks.md'))

@@ -2,11 +2,14 @@
 // `npm run bench`: runs the benchmark parts, each in its own process, then regenerates the report.
 //
 //   npm run bench                         every part, full length (about an hour, and 5 to 15 more
-//                                         for the guessing part's simulated hour); raw JSON in
-//                                         bench/results/, report in docs/benchmarks.md and docs/fidelity.svg
+//                                         for the guessing part's simulated hour, then the soak's
+//                                         hour); raw JSON in
+//                                         bench/results/, report in docs/benchmarks.md, docs/fidelity.svg
+//                                         and docs/soak.svg
 //   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is
 //                                         rebuilt from the latest JSON of every part
-//   npm run bench -- --quick              every part, shortened, for a quick look (about 2 minutes)
+//   npm run bench -- --quick              every part, shortened, for a quick look (about 7 minutes,
+//                                         4 of them the soak's)
 //   npm run bench -- --smoke              the shortest form of every part (what test/bench.test.ts runs)
 //   npm run bench -- --out DIR            raw JSON and the report go to DIR instead
 //   npm run bench -- --docs DIR           the report goes to DIR
@@ -18,7 +21,9 @@
 // loopback, servers pinned with taskset), fidelity (admitted per window), flood (key flood), redis
 // (the same route on Redis stores), instructions (instructions per request under callgrind),
 // guessing (guesses at one client's secret that reach the check, over a simulated hour), failover
-// (a RedisStore through a Cluster failover and a restart of Redis, under traffic).
+// (a RedisStore through a Cluster failover and a restart of Redis, under traffic), soak (an hour
+// of mixed traffic through two replicas per store: rows, heap, RSS, event-loop delay, losses),
+// capacity (Redis's CPU, bytes and round trips per request: what one Redis core carries).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -36,7 +41,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], failover: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

@@ -50,7 +50,7 @@ function benchEnv (): NodeJS.ProcessEnv {
 
 t.test('npm run bench -- --smoke runs every part and writes its results and report', async t => {
   const out = t.testdir({})
-  const kept = ['docs/benchmarks.md', 'docs/fidelity.svg', 'bench/results/bucket.json', 'bench/results/http.json']
+  const kept = ['docs/benchmarks.md', 'docs/fidelity.svg', 'docs/soak.svg', 'bench/results/bucket.json', 'bench/results/http.json']
     .map(file => [file, mtime(join(repo, file))] as const)
 
   const run = spawnSync(process.execPath, [join(repo, 'bench/run.js'), '--smoke', '--out', out], { cwd: repo, encoding: 'utf8', timeout: 290_000, env: benchEnv() })
@@ -240,6 +240,66 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
       t.same(instructions.redisScripts.map((r: Json) => r.operations), [100, 100, 100, 100], 'the empty script, the fixed window, reserve, reserve + refund')
       for (const r of instructions.redisScripts) t.ok(r.instructionsPerOperation > 1000, `${r.name}: instructions per operation`)
     }
+  })
+
+  t.test('soak: two replicas per store sampled every second, nothing lost, the plot written', async t => {
+    const soak = read(out, 'soak')
+    t.same([soak.settings.seconds, soak.settings.sampleSeconds], [4, 1], 'the shortest form: 4 s, a sample each second')
+    const stores = soak.redisSkipped === undefined ? ['memory', 'redis'] : ['memory']
+    if (ran(t, 'the soak on Redis', soak.redisSkipped)) t.ok(soak.stalls.length >= 1, 'its redis-server was stopped at least once')
+    t.same(Object.keys(soak.stores), stores)
+    for (const store of stores) {
+      const { samples, end, checks } = soak.stores[store]
+      t.same(samples.map((s: Json) => s.atS), [1, 2, 3, 4], `${store}: a sample each second`)
+      for (const sample of samples) {
+        t.equal(sample.replicas.length, 2, `${store}: both replicas sampled`)
+        for (const r of sample.replicas) {
+          t.ok(r.heapMB > 0 && r.rssMB > r.heapMB && r.eld.p99Ms >= 0, `${store} at ${sample.atS} s: heap, RSS and event-loop delay`)
+          t.ok(r.rows['/token#client+source:rejected'] > 0, `${store} at ${sample.atS} s: the failure budget holds rows`)
+          t.ok(r.counts['/token#client'].granted > 0, `${store} at ${sample.atS} s: counts`)
+        }
+        if (store === 'redis') t.ok(sample.redis.keys.budget > 0, `redis at ${sample.atS} s: keys counted`)
+      }
+      for (const r of checks.replicas) {
+        t.ok(r.statuses[200] > 0 && r.statuses[401] > 0 && r.statuses[429] > 0, `${store}: accepted, rejected and refused exchanges`)
+        t.equal(r.failed, 0, `${store}: no request failed`)
+        t.equal(r.clientPace.kept, r.clientPace.accepted, `${store}: the client pace kept one unit per accepted exchange`)
+        t.equal(r.budgetPace.kept, r.budgetPace.rejected, `${store}: the failure budget kept one unit per rejected exchange`)
+        t.equal(r.oneSecondRowsAtEnd, 0, `${store}: no one-second row once the traffic stopped`)
+      }
+      t.same(end.replicas[0].rows['/token#client'], 0)
+      t.equal(checks.lost, false, `${store}: nothing lost`)
+    }
+    if (soak.stores.redis) {
+      const { redis } = soak.stores.redis.checks
+      t.same([redis.noExpiry, redis.beyondWindow, redis.oneSecondKeysAtEnd], [0, 0, 0], 'every key expires within its window')
+      for (const r of soak.stores.redis.checks.replicas) t.ok(r.refunds.sent > 0 && r.refundsUnanswered === 0, 'every refund call answered')
+    }
+    const svg = readFileSync(join(out, 'soak.svg'), 'utf8')
+    t.match(svg, /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/)
+    t.match(svg, 'in-process, replica 2')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 9. Soak')
+  })
+
+  t.test('capacity: each line on a Redis of its own; the three paces four calls a request, batched', async t => {
+    const capacity = read(out, 'capacity')
+    if (!ran(t, 'the capacity part', capacity.skipped)) return
+    t.equal(capacity.results.length, 14, 'eight script lines and six routes')
+    for (const r of capacity.results) {
+      t.ok(r.scriptMicros > 0 && r.redisCpuMicros > 0 && r.nodeCpuMicros > 0, `${r.name}: Redis's and Node's CPU per request`)
+      t.ok(r.bytesIn > 0 && r.bytesOut > 0 && r.redisReads > 0, `${r.name}: bytes and reads per request`)
+      t.ok(r.capacity.perCoreWithIo > 0, `${r.name}: requests per Redis core`)
+    }
+    const calls = Object.fromEntries(capacity.results.map((r: Json) => [r.name, Math.round(r.scriptCalls)]))
+    t.same([
+      calls['exchangepace, one pace (200)'], calls['exchangepace, one pace, wrong secret (401, refunded)'],
+      calls['exchangepace, the recommended three paces (200)'], calls['exchangepace, the recommended three paces, wrong secret (401)'],
+      calls['three paces, a call each, then the budget\'s refund'], calls['three paces in one call (one slot), then the budget\'s refund']
+    ], [1, 2, 4, 4, 4, 2], 'script calls per request: a refund on a 401 with one pace, on every request with three')
+    const writes = (name: string) => capacity.results.find((r: Json) => r.name === name).clientWrites
+    t.equal(Math.round(writes('exchangepace, three paces, no auto-pipelining (200)')), 4, 'without auto-pipelining, a write per script call')
+    t.ok(writes('exchangepace, the recommended three paces (200)') < 4, 'with it, fewer')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 10. Capacity')
   })
 
   t.test('the report and the chart are written next to the results', async t => {
