@@ -134,9 +134,9 @@ const addressOf = i => {
 }
 const threeKeys = i => [`capacity:{token}:c:${clientOf(i)}`, `capacity:{token}:s:${addressOf(i)}`, `capacity:{token}:b:${clientOf(i)}:${addressOf(i)}`]
 
-/** A refusal from a reserve script (8 bytes) where none was expected. */
+/** A refusal from a reserve script (8 bytes; a grant is 40) where none was expected. */
 function granted (reply) {
-  if (reply.length !== 32) throw new Error('capacity: a reserve was refused; the rates are meant to grant everything')
+  if (reply.length !== 40) throw new Error('capacity: a reserve was refused; the rates are meant to grant everything')
   return reply
 }
 

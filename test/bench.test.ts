@@ -278,7 +278,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     const svg = readFileSync(join(out, 'soak.svg'), 'utf8')
     t.match(svg, /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/)
     t.match(svg, 'in-process, replica 2')
-    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 9. Soak')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 10. Soak')
   })
 
   t.test('capacity: each line on a Redis of its own; the three paces four calls a request, batched', async t => {
@@ -299,7 +299,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     const writes = (name: string) => capacity.results.find((r: Json) => r.name === name).clientWrites
     t.equal(Math.round(writes('exchangepace, three paces, no auto-pipelining (200)')), 4, 'without auto-pipelining, a write per script call')
     t.ok(writes('exchangepace, the recommended three paces (200)') < 4, 'with it, fewer')
-    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 10. Capacity')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 11. Capacity')
   })
 
   t.test('the report and the chart are written next to the results', async t => {
