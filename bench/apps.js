@@ -21,6 +21,9 @@
 //                  it: Fastify then looks up a serializer by status code on every response
 //   headers        no hook at all: the handler writes the same two headers with the same fixed
 //                  values before it answers: what the draft's headers cost by themselves
+//   unpaced       exchangepace registered, the route not paced: what the plugin costs a route it
+//                  does not pace (bench/unpaced.js)
+//   unpaced-read  the same, the handler reading `request.pace` (an inert ticket) on every request
 //   exchangepace-redis, ratelimit-redis
 //                  the same two on Redis (127.0.0.1:6379, or REDIS_URL): exchangepace's RedisStore
 //                  and @fastify/rate-limit's Redis store, each with its own ioredis client with
@@ -35,7 +38,7 @@ import rateLimit from '@fastify/rate-limit'
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 
-export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'floor-429', 'headers', 'exchangepace', 'exchangepace-hook', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis']
+export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'floor-429', 'headers', 'exchangepace', 'exchangepace-hook', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis', 'unpaced', 'unpaced-read']
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 
 export const CLIENT_ID = 'reporting'
@@ -104,6 +107,12 @@ function tokenWithQuotaHeaders (url, rate) {
   }
 }
 
+/** The token handler reading `request.pace` first, as a handler shared with paced routes might. */
+function tokenReadingPace (request, reply) {
+  if (request.pace.paced) throw new Error('bench: the route is not paced')
+  token(request, reply)
+}
+
 /** The Redis server's version, or why it cannot be reached. */
 export async function probeRedis () {
   const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
@@ -140,7 +149,7 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
   if (!KINDS.includes(kind)) throw new TypeError(`bench: kind must be one of ${KINDS.join(', ')}, got ${kind}`)
   const app = Fastify({ logger })
   await app.register(formbody)
-  if (kind === 'exchangepace') await app.register(exchangePace, now === undefined ? {} : { now })
+  if (kind === 'exchangepace' || kind.startsWith('unpaced')) await app.register(exchangePace, now === undefined ? {} : { now })
   if (kind === 'exchangepace-hook') await app.register(exchangePace, { onEvent: countEvent })
   if (kind === 'ratelimit') await app.register(rateLimit, rateLimitStore === undefined ? { global: false } : { global: false, store: rateLimitStore })
   if (kind === 'exchangepace-redis') await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:' }) })
@@ -167,7 +176,7 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
         keyGenerator: request => request.body?.client_id ?? request.ip
       }
     }
-    const handler = kind === 'headers' ? tokenWithQuotaHeaders(url, rate) : token
+    const handler = kind === 'headers' ? tokenWithQuotaHeaders(url, rate) : kind === 'unpaced-read' ? tokenReadingPace : token
     app.post(url, options, verifying === undefined
       ? handler
       : async (request, reply) => {

@@ -7,8 +7,9 @@
 // The floor server (a no-op preHandler and the two quota headers in onSend) is counted beside
 // them, and the three are counted in turn, the order alternating, `--rounds` times (default 2).
 //
-// Run: node bench/compare-builds.js DIR [--rounds N] [--requests N]. It prints a table; it writes
-// nothing but the copy in DIR.
+// Run: node bench/compare-builds.js DIR [--rounds N] [--requests N] [--kind KIND]. KIND is the
+// server of bench/apps.js both builds are counted as (default exchangepace; `unpaced` counts a
+// route the plugin does not pace). It prints a table; it writes nothing but the copy in DIR.
 
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -18,9 +19,9 @@ import { tokenBody } from './apps.js'
 import { countServer, valgrindVersion } from './callgrind.js'
 import { BENCH_DIR, fmt, log, median, table } from './common.js'
 
-const { values, positionals } = parseArgs({ allowPositionals: true, options: { rounds: { type: 'string', default: '2' }, requests: { type: 'string', default: '10000' } } })
+const { values, positionals } = parseArgs({ allowPositionals: true, options: { rounds: { type: 'string', default: '2' }, requests: { type: 'string', default: '10000' }, kind: { type: 'string', default: 'exchangepace' } } })
 if (positionals.length !== 1 || valgrindVersion() === null) {
-  log('usage: node bench/compare-builds.js DIR [--rounds N] [--requests N] (needs valgrind)')
+  log('usage: node bench/compare-builds.js DIR [--rounds N] [--requests N] [--kind KIND] (needs valgrind)')
   process.exit(1)
 }
 const other = resolve(positionals[0])
@@ -31,8 +32,8 @@ for (const file of ['apps.js', 'http-server.js']) copyFileSync(join(BENCH_DIR, f
 const token = { url: '/token', body: tokenBody() }
 const CONFIGS = [
   { ...token, kind: 'floor', name: 'floor (this checkout)', server: join(BENCH_DIR, 'http-server.js') },
-  { ...token, kind: 'exchangepace', name: `exchangepace, ${other}`, server: join(copy, 'http-server.js') },
-  { ...token, kind: 'exchangepace', name: 'exchangepace, this checkout', server: join(BENCH_DIR, 'http-server.js') }
+  { ...token, kind: values.kind, name: `${values.kind}, ${other}`, server: join(copy, 'http-server.js') },
+  { ...token, kind: values.kind, name: `${values.kind}, this checkout`, server: join(BENCH_DIR, 'http-server.js') }
 ]
 const run = { warmup: 5000, requests: Number(values.requests) }
 const counts = CONFIGS.map(() => [])

@@ -45,7 +45,7 @@ export async function runDemo ({ log = console.log } = {}) {
   const settlements = new Map()
   app.addHook('onResponse', (request, _reply, done) => {
     const ticket = request.pace
-    const rejected = ticket !== null && ticket.outcome === 'rejected'
+    const rejected = ticket.outcome === 'rejected'
     const id = request.headers['x-demo-request']
     settlements.get(id)(rejected ? ticket.held.filter(held => held.spend === 'accepted').length : 0)
     settlements.delete(id)

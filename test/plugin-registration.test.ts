@@ -51,9 +51,9 @@ t.test('the edges of the options are accepted', async t => {
   }
 })
 
-t.test('fastify.pace is the registry; request.pace is null on routes without a pace', async t => {
+t.test('fastify.pace is the registry; request.pace is inert on routes without a pace', async t => {
   const app = await build(t, {}, app => {
-    app.get('/plain', async (request) => ({ pace: request.pace }))
+    app.get('/plain', async (request) => ({ paced: request.pace.paced }))
     app.post('/token', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } } }, ok)
   })
   t.same(app.pace.names(), ['/token'])
@@ -61,7 +61,7 @@ t.test('fastify.pace is the registry; request.pace is null on routes without a p
   t.equal(app.pace.get('/token')!.perSecond, 5)
   t.equal(app.pace.get('/plain'), undefined)
   const response = await app.inject('/plain')
-  t.same(response.json(), { pace: null })
+  t.same(response.json(), { paced: false })
   t.equal(response.headers.ratelimit, undefined)
 })
 

@@ -238,7 +238,7 @@ t.test('an error handler (setErrorHandler runs after onError, which settled) may
   const app = await build(t, { now: () => 0 }, app => {
     app.setErrorHandler((error, request, reply) => {
       if (error instanceof InvalidClient) {
-        if (request.pace !== null) request.pace.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(401).send({ error: 'invalid_client' })
       }
       return reply.send(error)
@@ -332,7 +332,7 @@ async function abandonedToken (t: TapTest, method: 'GET' | 'POST', flag: 'before
       method,
       url: '/token',
       config: { pace: { perSecond: 1, key: (request) => (request.query as Record<string, string>).client_id ?? (request.body as Record<string, string>)?.client_id, spend: 'accepted' } },
-      onRequestAbort: (request, next) => { abortHook.resolve(request.pace?.settled ?? false); next() },
+      onRequestAbort: (request, next) => { abortHook.resolve(request.pace.settled); next() },
       handler: async (request: FastifyRequest, reply: FastifyReply) => {
         reply.raw.once('close', () => gone.resolve())
         if (flag === 'before') request.pace!.outcome = 'rejected'
@@ -407,7 +407,7 @@ t.test('over a real socket: a GET whose client hangs up without the flag stays s
 })
 
 t.test('over a real socket: a client that hangs up during its body upload has reserved nothing', async t => {
-  const aborted = deferred<PaceTicket | null>()
+  const aborted = deferred<PaceTicket>()
   let handled = false
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', {
@@ -423,7 +423,7 @@ t.test('over a real socket: a client that hangs up during its body upload has re
   // The server has the headers once the route's onRequest-level state exists; hang up mid-body.
   await new Promise<void>(resolve => app.server.once('request', () => resolve()))
   request.destroy()
-  t.equal(await aborted.promise, null, 'the preHandler never ran: no ticket')
+  t.equal((await aborted.promise).held.length, 0, 'the preHandler never ran: the ticket holds nothing')
   t.equal(handled, false)
   t.equal(app.pace.get('/token')!.size, 0)
 })

@@ -5,6 +5,7 @@ import { Observer } from './observer.js'
 import { checkOptions, type ExchangePaceOptions } from './options.js'
 import { PaceRegistry } from '../operator/registry.js'
 import { KeyReaders } from './request-keys.js'
+import { decorateTickets, markPaced } from './request-ticket.js'
 import { reserveAll, type ReserveStep } from './reserve-hook.js'
 import { describeRoute } from './route-description.js'
 import { paceRules, type PaceRouteOptions } from './route-config.js'
@@ -21,10 +22,11 @@ declare module 'fastify' {
   }
   interface FastifyRequest {
     /**
-     * On a route with `config.pace`: what the request holds, and the outcome flag the handler sets
-     * to `'rejected'` when the exchange did not take place. Null on routes without a pace.
+     * What the request holds, and the outcome flag the handler sets to `'rejected'` when the
+     * exchange did not take place. Every request has one: on a route without `config.pace` it is
+     * inert (`paced` is false, it holds nothing, and its outcome changes nothing).
      */
-    pace: PaceTicket | null
+    readonly pace: PaceTicket
   }
   interface FastifyContextConfig {
     /** Paces this route spends from (exchangepace). */
@@ -35,7 +37,7 @@ declare module 'fastify' {
 /**
  * Registers the plugin: checks its options, decorates `fastify.pace` and `request.pace`, and adds
  * the hooks to each route that declares `config.pace` as the route is added. Routes without a pace
- * get no hook and pay nothing.
+ * get no hook, and pay nothing unless they read `request.pace` (see request-ticket.ts).
  */
 function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOptions, done: (err?: Error) => void): void {
   let checked: ReturnType<typeof checkOptions>
@@ -51,7 +53,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer }
   let pacedBySource = false
   fastify.decorate('pace', registry)
-  fastify.decorateRequest('pace', null)
+  decorateTickets(fastify, answering.observer)
 
   fastify.addHook('onRoute', function paceRoute (this: FastifyInstance, routeOptions: RouteOptions) {
     const config = routeOptions.config?.pace
@@ -61,6 +63,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     const bound = rules.map(rule => bindPace(rule, route, binding))
     pacedBySource ||= rules.some(rule => rule.key === 'source')
     addHooks(routeOptions, bound.filter(b => b.rule.early), bound.filter(b => !b.rule.early), answering)
+    routeOptions.config = markPaced(routeOptions.config)
     // A serializer compiler of the app's own (a Zod type provider's) may reject a JSON Schema 429.
     const ownSerializer = routeOptions.serializerCompiler !== undefined || this.serializerCompiler !== undefined
     routeOptions.schema = describeRoute(routeOptions.schema, rules, checked.store, !ownSerializer)

@@ -6,12 +6,14 @@ import type { PaceRefusal } from './options.js'
 import { writeQuota, type QuotaItems } from './quota-headers.js'
 import { refuse, sendInvalidRequest } from './refusals.js'
 import type { Lane } from '../operator/named-pace.js'
+import { kTicket, type SlottedRequest } from './request-ticket.js'
 import type { PaceReservation, SharedPace } from '../store.js'
 import { PaceTicket, type HeldReservation } from './ticket.js'
 
 /**
  * The hook that reserves before the handler (preHandler; onRequest for source paces spent on every
- * request): one unit from each of its paces, all or nothing, onto `request.pace`.
+ * request): one unit from each of its paces, all or nothing, onto the request's ticket (`request.pace`,
+ * read here through its slot: see request-ticket.ts).
  */
 
 /** A held reservation, with its pace's header items, and the pace for the observer. */
@@ -40,10 +42,11 @@ export interface ReserveStep {
  * continues the same loop from where it stopped.
  */
 export function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
-  let ticket = request.pace as PaceTicket<Holding> | null
+  const slotted = request as SlottedRequest
+  let ticket = slotted[kTicket]
   if (ticket === null) {
     ticket = new PaceTicket<Holding>(step.observer, request)
-    request.pace = ticket
+    slotted[kTicket] = ticket
   }
   reserveFrom(step, 0, ticket, ticket.held.length, request, reply, next)
 }

@@ -1,7 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { writeQuota } from './quota-headers.js'
-import type { Holding } from './reserve-hook.js'
-import type { PaceTicket } from './ticket.js'
+import { kTicket, type SlottedRequest } from './request-ticket.js'
 
 /**
  * The hooks that settle a request's reservations once the handler has answered: onSend for every
@@ -19,7 +18,7 @@ import type { PaceTicket } from './ticket.js'
  * still checking the secret. Settling twice (an error answer passes onSend again) does nothing.
  */
 export function beforeSend (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
-  const ticket = request.pace as PaceTicket<Holding> | null
+  const ticket = (request as SlottedRequest)[kTicket]
   if (ticket !== null) {
     if (!ticket.refused) writeQuota(reply, ticket.held, ticket.outcome, null)
     ticket._send()
@@ -33,6 +32,7 @@ export function beforeSend (request: FastifyRequest, reply: FastifyReply, payloa
  * onSend; the route's onError hooks run before it.
  */
 export function settleOnError (request: FastifyRequest, _reply: FastifyReply, _error: Error, next: () => void): void {
-  request.pace?._settle()
+  const ticket = (request as SlottedRequest)[kTicket]
+  if (ticket !== null) ticket._settle()
   next()
 }

@@ -22,7 +22,10 @@ export interface HeldReservation {
 }
 
 /**
- * `request.pace` on a paced route: what the request holds and the outcome the handler reports.
+ * `request.pace`: what the request holds and the outcome the handler reports. Every request has
+ * one. On a route the plugin paces it is `paced`; on any other route it is inert: it holds
+ * nothing, is never settled, and an outcome set on it (an error handler shared with unpaced routes
+ * may set one) is kept and refunds nothing.
  *
  * Each unit is settled once, by the rule of its pace's `spend`:
  * - `'accepted'` (an exchange): refunded when the outcome is `'rejected'`. It is settled when the
@@ -44,6 +47,8 @@ export interface HeldReservation {
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** The units this request holds, in the order they were taken. */
   readonly held: Held[] = []
+  /** Whether the request's route is paced by the plugin: false on the inert ticket of any other route. */
+  readonly paced: boolean
   readonly #listener: RefundListener<Held> | null
   readonly #request: unknown
   /** Set when a pace refused the request: the handler did not run. */
@@ -55,10 +60,14 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** How the failures' units were settled as the answer was sent: refunded (true), kept (false), or not yet (null). */
   #failuresRefunded: boolean | null = null
 
-  /** @internal Built by the plugin's hook: `listener` hears of every unit given back, with `request`. */
-  constructor (listener: RefundListener<Held> | null = null, request: unknown = null) {
+  /**
+   * @internal Built by the plugin for a request: `listener` hears of every unit given back, with
+   * `request`; `paced` is false on an unpaced route.
+   */
+  constructor (listener: RefundListener<Held> | null = null, request: unknown = null, paced = true) {
     this.#listener = listener
     this.#request = request
+    this.paced = paced
   }
 
   /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */

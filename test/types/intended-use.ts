@@ -52,7 +52,7 @@ app.post('/inline-budget', { config: { pace: { limit: 3, window: 60, key: ['clie
 
 // One pace on a route, written inline.
 app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
-  const ticket = request.pace!
+  const ticket = request.pace
   if (ticket.held.length === 0) {
     ticket.outcome = 'rejected'
     return reply.code(401).send({ error: 'invalid_client' })
@@ -78,8 +78,8 @@ app.post('/introspect', {
     ]
   }
 }, async (request) => {
-  request.pace!.outcome = 'rejected'
-  const outcome: PaceOutcome = request.pace!.outcome
+  request.pace.outcome = 'rejected'
+  const outcome: PaceOutcome = request.pace.outcome
   return { outcome }
 })
 
@@ -89,8 +89,14 @@ const paces: readonly PaceRouteOptions[] = [perTenant]
 app.get('/authorize', { config: { pace: paces } }, async () => ({ ok: true }))
 app.get('/authorize-one', { config: { pace: perTenant } }, async () => ({ ok: true }))
 
-// Unpaced routes see request.pace as possibly null.
-app.get('/plain', async (request) => ({ paced: request.pace !== null }))
+// Every request has a ticket: on an unpaced route an inert one, which says so.
+app.get('/plain', async (request) => ({ paced: request.pace.paced, held: request.pace.held.length }))
+
+// An error handler shared by paced and unpaced routes flags the exchange without a check.
+app.setErrorHandler((error, request, reply) => {
+  if ((error as { statusCode?: number }).statusCode === 401) request.pace.outcome = 'rejected'
+  return reply.send(error)
+})
 
 await app.ready()
 

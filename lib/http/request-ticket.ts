@@ -1,0 +1,54 @@
+import type { FastifyContextConfig, FastifyInstance, FastifyRequest } from 'fastify'
+import type { Holding } from './reserve-hook.js'
+import { PaceTicket, type RefundListener } from './ticket.js'
+
+/**
+ * `request.pace`: a ticket on every request, kept in a slot of the request's own that the plugin's
+ * hooks read and write directly.
+ *
+ * The slot is a request decoration initialised to null, so Fastify's request constructor keeps one
+ * shape; `request.pace` is a getter on the request's prototype that returns the slot's ticket, and
+ * makes one on its first read when no hook has (an unpaced route, or a paced route before its
+ * pace's hook). So the hooks pay no getter and no allocation beyond the paced route's own ticket,
+ * and an unpaced route that never reads `request.pace` pays nothing but the slot's initialisation,
+ * as it paid for the `null` decoration before.
+ */
+
+/** The slot: the request's ticket, or null until a hook or a read of `request.pace` makes one. */
+export const kTicket = Symbol('exchangepace.ticket')
+
+/** Marks the config of each route the plugin paces (a copy it makes: the app's object is not changed). */
+const kPaced = Symbol('exchangepace.paced')
+
+/** A request seen through its slot. */
+export type SlottedRequest = FastifyRequest & { [kTicket]: PaceTicket<Holding> | null }
+
+/** Decorates requests with the slot and the `request.pace` getter; `listener` hears of refunds, as the hooks' tickets' does. */
+export function decorateTickets (fastify: FastifyInstance, listener: RefundListener<Holding>): void {
+  fastify.decorateRequest(kTicket, null)
+  fastify.decorateRequest('pace', {
+    getter (this: FastifyRequest): PaceTicket {
+      return (this as SlottedRequest)[kTicket] ?? firstTicket(this as SlottedRequest, listener)
+    }
+  })
+}
+
+/**
+ * The ticket of a request no hook has given one yet, kept in its slot so that every later read,
+ * and the pace's hook if one comes, sees the same: on a route the plugin paces, a ticket like the
+ * hook's (holding nothing yet); on any other, an inert one.
+ */
+function firstTicket (request: SlottedRequest, listener: RefundListener<Holding>): PaceTicket {
+  const paced = (request.routeOptions.config as MarkedConfig)[kPaced] === true
+  const ticket = paced ? new PaceTicket<Holding>(listener, request) : new PaceTicket<Holding>(null, null, false)
+  request[kTicket] = ticket
+  return ticket
+}
+
+type MarkedConfig = FastifyContextConfig & { [kPaced]?: true }
+
+/** The config a paced route is added with: `config` and the mark that the plugin paces it. */
+export function markPaced (config: FastifyContextConfig | undefined): FastifyContextConfig {
+  const marked: MarkedConfig = { ...config, [kPaced]: true }
+  return marked
+}
