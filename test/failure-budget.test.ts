@@ -29,7 +29,7 @@ async function tokenApp (t: TapTest, paces: PaceRouteOptions[], checked = { n: 0
       checked.n++
       const body = request.body as Record<string, string>
       if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace!.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(401).send({ error: 'invalid_client' })
       }
       return { access_token: 'token', token_type: 'Bearer' }
@@ -99,7 +99,7 @@ t.test('an outcome set by the error handler settles each pace by its own rule, o
   const clock = { t: 0 }
   const app = await build(t, { now: () => clock.t }, app => {
     app.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
-      if (error.statusCode === 401) request.pace!.outcome = 'rejected'
+      if (error.statusCode === 401) request.pace.outcome = 'rejected'
       return reply.code(error.statusCode ?? 500).send({ error: error.message })
     })
     app.post('/token', { config: { pace: [EXCHANGES, FAILURES] } }, async request => {
@@ -121,7 +121,7 @@ t.test('an answer that passes onSend twice settles its failures once, by the out
   let passes = 0
   const app = await build(t, { now: () => 0 }, app => {
     app.setErrorHandler((_error, request, reply) => {
-      request.pace!.outcome = 'accepted'
+      request.pace.outcome = 'accepted'
       return reply.code(500).send({ error: 'server_error' })
     })
     app.post('/token', {
@@ -130,7 +130,7 @@ t.test('an answer that passes onSend twice settles its failures once, by the out
       // the error handler's answer through them again.
       onSend: async (_request, _reply, payload) => ++passes === 1 ? { not: 'a string' } : payload
     }, async (request, reply) => {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       return reply.code(401).send({ error: 'invalid_client' })
     })
   })
@@ -247,7 +247,7 @@ async function run (t: TapTest, budget: PaceRouteOptions, commands: readonly Com
       gate.entered()
       await gate.released
       if (request.headers['x-real'] !== 'yes') {
-        request.pace!.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(401).send({ error: 'invalid_client' })
       }
       return 'token'

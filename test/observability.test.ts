@@ -34,7 +34,7 @@ async function tokenApp (t: TapTest, options: Record<string, unknown> = {}) {
     app.post('/token', { config: { pace: PACES } }, async (request: FastifyRequest, reply: FastifyReply) => {
       const body = request.body as Record<string, string>
       if (body.client_secret !== 'right-secret') {
-        request.pace!.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(401).send({ error: 'invalid_client' })
       }
       return { access_token: 'token' }
@@ -115,7 +115,7 @@ t.test('an onEvent that throws never fails the request nor keeps a unit: it is l
   const { stream, lines } = logSink()
   const app = await build(t, { now: () => 0, onEvent: () => { throw new Error('dashboard down') } }, app => {
     app.post('/token', { config: { pace: PACES } }, async (request, reply) => {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       return reply.code(401).send({ error: 'invalid_client' })
     })
   }, { logger: { level: 'info', stream } })

@@ -38,7 +38,7 @@ export async function tokenReplica (t: TapTest, options: Record<string, unknown>
     app.post('/token', { config: { pace: [FAILURES, EXCHANGES] } }, async (request: FastifyRequest, reply: FastifyReply) => {
       const body = request.body as Record<string, string>
       if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace!.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(401).send({ error: 'invalid_client' })
       }
       return { access_token: 'token', token_type: 'Bearer' }

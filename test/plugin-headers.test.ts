@@ -17,7 +17,7 @@ async function tokenApp (tt: TapTest, pace: PaceRouteOptions | PaceRouteOptions[
   const app = await build(tt, { now: () => clock.t, ...options }, app => {
     app.post('/token', { config: { pace } }, async (request: FastifyRequest, reply: FastifyReply) => {
       if ((request.body as Record<string, string> | undefined)?.reject === 'yes') {
-        request.pace!.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(401).send({ error: 'invalid_client' })
       }
       return { access_token: 'token' }
@@ -276,12 +276,12 @@ t.test('a route paced only by source, spend every, writes its quota and commits 
   let answered: unknown
   const app = await build(t, { now: () => 0 }, app => {
     const onResponse = (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
-      answered = { settled: request.pace!.settled, refused: request.pace!.refused }
+      answered = { settled: request.pace.settled, refused: request.pace.refused }
       done()
     }
     app.get('/authorize', { onResponse, config: { pace: { perSecond: 3, key: 'source', spend: 'every' } } }, async (request) => {
-      settledInHandler = request.pace!.settled
-      request.pace!.outcome = 'rejected'
+      settledInHandler = request.pace.settled
+      request.pace.outcome = 'rejected'
       if ((request.query as Record<string, string>).fail === 'yes') throw new Error('boom')
       return 'ok'
     })

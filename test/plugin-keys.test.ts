@@ -23,7 +23,7 @@ async function tokenApp (tt: TapTest, options: Record<string, unknown> = {}, pac
   const app = await build(tt, { now: () => 0, ...options }, app => {
     app.post('/token', { config: { pace } }, async (request) => {
       handled++
-      return { keys: request.pace!.held.map(held => held.key) }
+      return { keys: request.pace.held.map(held => held.key) }
     })
   })
   return { app, handled: () => handled }
@@ -167,8 +167,8 @@ t.test('a request declaring no client id has request.pace, holding nothing, and 
   let seen: unknown
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
-      seen = { held: request.pace!.held, outcome: request.pace!.outcome, settled: request.pace!.settled }
-      request.pace!.outcome = 'rejected'
+      seen = { held: request.pace.held, outcome: request.pace.outcome, settled: request.pace.settled }
+      request.pace.outcome = 'rejected'
       return reply.code(401).send({ error: 'invalid_client' })
     })
   })
@@ -180,7 +180,7 @@ t.test('a request declaring no client id has request.pace, holding nothing, and 
 t.test('a body the form parser does not read (a Buffer) declares nothing but Basic', async t => {
   const app = await build(t, { now: () => 0 }, app => {
     app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
-    app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, async (request) => request.pace!.held.map(h => h.key))
+    app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, async (request) => request.pace.held.map(h => h.key))
   })
   const headers = { 'content-type': 'application/octet-stream' }
   t.same((await app.inject({ method: 'POST', url: '/token', payload: 'client_id=x', headers })).json(), [])
@@ -208,7 +208,7 @@ t.test('a custom key function: undefined takes nothing, a bad key is a 400, a th
           { name: 'tenant', perSecond: 5, key, spend: 'accepted' }
         ]
       }
-    }, async (request) => request.pace!.held.map(h => `${h.name}:${h.key}`))
+    }, async (request) => request.pace.held.map(h => `${h.name}:${h.key}`))
   }, { logger: capture(lines) })
   const post = (tenant?: string) => app.inject({
     method: 'POST',
@@ -265,7 +265,7 @@ t.test('a custom key with a control character is a 400', async t => {
 
 t.test('source keys: IPv4 as is, IPv4-mapped IPv6 as IPv4, IPv6 grouped by its /64', async t => {
   const app = await build(t, { now: () => 0 }, app => {
-    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
+    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace.held[0].key }))
   })
   const keyOf = async (remoteAddress: string): Promise<string> => (await app.inject({ url: '/authorize', remoteAddress })).json().key
   t.equal(await keyOf('192.0.2.7'), '192.0.2.7')
@@ -285,7 +285,7 @@ t.test('source keys: IPv4 as is, IPv4-mapped IPv6 as IPv4, IPv6 grouped by its /
 
 t.test('ipv6Subnet chooses the grouping prefix', async t => {
   const app = await build(t, { now: () => 0, ipv6Subnet: 48 }, app => {
-    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
+    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace.held[0].key }))
   })
   t.equal((await app.inject({ url: '/authorize', remoteAddress: '2001:db8:1:2::1' })).json().key, '2001:db8:1::/48')
   t.equal((await app.inject({ url: '/authorize', remoteAddress: '2001:db8:1:ffff::1' })).json().key, '2001:db8:1::/48')
@@ -375,7 +375,7 @@ t.test('no warning with trustProxy false, by address or by function, or without 
 t.test('on a Unix socket, where request.ip is undefined, requests share one source key, with one warning', async t => {
   const lines: Array<Record<string, unknown>> = []
   const app = await build(t, { now: () => 0 }, app => {
-    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
+    app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace.held[0].key }))
   }, { logger: capture(lines) })
   const path = join(tmpdir(), `exchangepace-test-${process.pid}.sock`)
   rmSync(path, { force: true }) // left by an earlier run that crashed with the same pid
@@ -399,7 +399,7 @@ t.test('on a Unix socket, where request.ip is undefined, requests share one sour
 /** An authorize route paced by source at 1/s behind a proxy trusted by address, echoing its key. */
 function behindProxy (tt: TapTest): Promise<FastifyInstance> {
   return build(tt, { now: () => 0 }, app => {
-    app.get('/authorize', { config: { pace: { perSecond: 1, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace!.held[0].key }))
+    app.get('/authorize', { config: { pace: { perSecond: 1, key: 'source', spend: 'every' } } }, async (request) => ({ key: request.pace.held[0].key }))
   }, { trustProxy: '127.0.0.1' })
 }
 

@@ -276,7 +276,7 @@ t.test('an array config reserves from every pace of the route', async t => {
           { perSecond: 5, key: 'source', spend: 'every' }
         ]
       }
-    }, async (request) => request.pace!.held.map(({ name, key, spend }) => ({ name, key, spend })))
+    }, async (request) => request.pace.held.map(({ name, key, spend }) => ({ name, key, spend })))
   })
   const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'c1']) })
   t.same(response.json(), [

@@ -36,7 +36,7 @@ async function statuses (app: FastifyInstance, n: number, url = '/token'): Promi
 t.test('spend accepted: the unit comes back when the handler flags the exchange rejected', async t => {
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { config: { pace: CLIENT_1 } }, async (request, reply) => {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       return reply.code(401).send({ error: 'invalid_client' })
     })
   })
@@ -47,7 +47,7 @@ t.test('spend accepted: the unit comes back when the handler flags the exchange 
 t.test('a reply handed to the not-found handler is settled as it is sent: Fastify keeps the route\'s onSend hooks for it', async t => {
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { config: { pace: CLIENT_1 } }, async (request, reply) => {
-      request.pace!.outcome = request.headers['x-outcome'] as PaceOutcome
+      request.pace.outcome = request.headers['x-outcome'] as PaceOutcome
       return reply.callNotFound()
     })
   })
@@ -67,7 +67,7 @@ t.test('spend every: a rejected outcome keeps the unit spent until it refills', 
   const clock = { t: 0 }
   const app = await build(t, { now: () => clock.t }, app => {
     app.post('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request, reply) => {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       return reply.code(400).send({ error: 'invalid_request' })
     })
   })
@@ -83,7 +83,7 @@ t.test('a route with both: rejection refunds the client unit, never the source u
     app.post('/token', {
       config: { pace: [{ perSecond: 5, key: 'client', spend: 'accepted' }, { perSecond: 3, key: 'source', spend: 'every' }] }
     }, async (request, reply) => {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       return reply.code(401).send({ error: 'invalid_client' })
     })
   })
@@ -162,7 +162,7 @@ t.test('spenders leave the table one horizon (a second) after they spent', async
 t.test('a handler that throws after flagging rejected is refunded; one that throws without is spent', async t => {
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { config: { pace: CLIENT_1 } }, (request) => {
-      if ((request.body as Record<string, string>).reject === 'yes') request.pace!.outcome = 'rejected'
+      if ((request.body as Record<string, string>).reject === 'yes') request.pace.outcome = 'rejected'
       throw new Error('synchronous failure')
     })
   })
@@ -178,7 +178,7 @@ t.test('a reply sent by another hook of the route settles like any reply', async
       config: { pace: CLIENT_1 },
       preHandler: (request, reply, next) => {
         if ((request.body as Record<string, string>).auth !== 'ok') {
-          request.pace!.outcome = 'rejected'
+          request.pace.outcome = 'rejected'
           reply.code(401).send({ error: 'invalid_client', from: 'hook' })
           return
         }
@@ -259,9 +259,9 @@ t.test('request.pace.outcome accepts only accepted or rejected', async t => {
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { config: { pace: CLIENT_1 } }, async (request) => {
       try {
-        request.pace!.outcome = 'maybe' as PaceOutcome
+        request.pace.outcome = 'maybe' as PaceOutcome
       } catch (err) {
-        return { name: (err as Error).name, message: (err as Error).message, outcome: request.pace!.outcome }
+        return { name: (err as Error).name, message: (err as Error).message, outcome: request.pace.outcome }
       }
       return { thrown: false }
     })
@@ -278,12 +278,12 @@ t.test('a handler timeout (Fastify handlerTimeout) settles the 503 like any resp
   const tickets: PaceTicket[] = []
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { handlerTimeout: 20, config: { pace: { perSecond: 3, key: 'client', spend: 'accepted' } } }, async (request: FastifyRequest) => {
-      tickets.push(request.pace!)
+      tickets.push(request.pace)
       const { mode } = request.body as Record<string, string>
-      if (mode === 'reject-first') request.pace!.outcome = 'rejected'
-      if (mode === 'reject-on-signal') request.signal.addEventListener('abort', () => { request.pace!.outcome = 'rejected' })
+      if (mode === 'reject-first') request.pace.outcome = 'rejected'
+      if (mode === 'reject-on-signal') request.signal.addEventListener('abort', () => { request.pace.outcome = 'rejected' })
       await release.promise
-      request.pace!.outcome = 'rejected' // after the 503 was settled: refunds then
+      request.pace.outcome = 'rejected' // after the 503 was settled: refunds then
       return { late: true }
     })
   })
@@ -335,10 +335,10 @@ async function abandonedToken (t: TapTest, method: 'GET' | 'POST', flag: 'before
       onRequestAbort: (request, next) => { abortHook.resolve(request.pace.settled); next() },
       handler: async (request: FastifyRequest, reply: FastifyReply) => {
         reply.raw.once('close', () => gone.resolve())
-        if (flag === 'before') request.pace!.outcome = 'rejected'
-        started.resolve(request.pace!)
+        if (flag === 'before') request.pace.outcome = 'rejected'
+        started.resolve(request.pace)
         await gone.promise
-        if (flag === 'after') request.pace!.outcome = 'rejected'
+        if (flag === 'after') request.pace.outcome = 'rejected'
         ended.resolve()
         return reply.code(401).send({ error: 'invalid_client' })
       }
@@ -448,9 +448,9 @@ t.test('over a real socket: a rejected exchange queued behind another response, 
   const app = await build(t, { now: () => 0 }, app => {
     app.get('/slow', async () => { await slow.promise; return 'slow' })
     app.post('/token', { config: { pace: CLIENT_1 } }, async (request, reply) => {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       reply.code(401).send({ error: 'invalid_client' })
-      answered.resolve(request.pace!)
+      answered.resolve(request.pace)
       return reply
     })
   })
@@ -479,9 +479,9 @@ t.test('HTTP/2: a stream the client resets while the secret is checked settles b
   const app = await build(t, { now: () => 0 }, app => {
     app.post('/token', { config: { pace: CLIENT_1 } }, async (request, reply) => {
       await new Promise(resolve => reply.raw.once('close', resolve))
-      settledAtReset = request.pace!.settled
-      ticket = request.pace!
-      request.pace!.outcome = 'rejected'
+      settledAtReset = request.pace.settled
+      ticket = request.pace
+      request.pace.outcome = 'rejected'
       reply.code(401).send({ error: 'invalid_client' })
       answered.resolve()
       return reply
@@ -511,7 +511,7 @@ t.test('an error answer settles when it is known: Fastify may write its last-res
   const app = await build(t, { now: () => 0 }, app => {
     app.addHook('onSend', async () => { throw new Error('a broken onSend hook') })
     app.post('/token', { config: { pace: CLIENT_1 } }, async (request) => {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       throw Object.assign(new Error('invalid_client'), { statusCode: 401 })
     })
   })
@@ -526,7 +526,7 @@ t.test('a route\'s own onError hook may still flag the exchange: the plugin sett
     app.post('/token', {
       config: { pace: CLIENT_1 },
       onError: async (request, _reply, error) => {
-        if ((error as { statusCode?: number }).statusCode === 401) request.pace!.outcome = 'rejected'
+        if ((error as { statusCode?: number }).statusCode === 401) request.pace.outcome = 'rejected'
       }
     }, async () => {
       throw Object.assign(new Error('invalid_client'), { statusCode: 401 })

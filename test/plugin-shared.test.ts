@@ -53,7 +53,7 @@ t.test('a store whose reserve rejects, or throws: the request fails with 500 and
       }, async () => ({ ok: true }))
       // Source paces spent on every request alone: the hook commits, and the route has no onSend of the plugin's.
       app.get('/authorize', {
-        onResponse: (request: FastifyRequest, _reply: FastifyReply, done: () => void) => { settled = request.pace!.settled; done() },
+        onResponse: (request: FastifyRequest, _reply: FastifyReply, done: () => void) => { settled = request.pace.settled; done() },
         config: {
           pace: [
             { name: 'working-source', perSecond: 1, key: 'source', spend: 'every' },
@@ -87,7 +87,7 @@ t.test('a unit the store grants after the request was answered (as by a handler 
           answers.push(() => resolve(local.reserve(key)))
           // While the store decides, the request is answered elsewhere, as Fastify's handlerTimeout does.
           queueMicrotask(() => {
-            if (flags.rejectOnAnswer) requests[requests.length - 1].pace!.outcome = 'rejected'
+            if (flags.rejectOnAnswer) requests[requests.length - 1].pace.outcome = 'rejected'
             replies[replies.length - 1].code(503).send({ error: 'temporarily_unavailable' })
           })
         })
@@ -107,7 +107,7 @@ t.test('a unit the store grants after the request was answered (as by a handler 
     const post = async () => {
       const response = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'victim']) })
       tt.equal(response.statusCode, 503)
-      return requests[requests.length - 1].pace!
+      return requests[requests.length - 1].pace
     }
     const answer = async () => {
       answers[answers.length - 1]()

@@ -18,7 +18,7 @@ async function tokenApp (t: TapTest, options: Record<string, unknown>, pace: Pac
     app.post('/token', { config: { pace } }, async (request: FastifyRequest, reply: FastifyReply) => {
       const body = request.body as Record<string, string>
       if (REGISTERED.get(body.client_id)?.secret !== body.client_secret) {
-        request.pace!.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(401).send({ error: 'invalid_client' })
       }
       return { access_token: 'token', token_type: 'Bearer' }

@@ -33,7 +33,7 @@ async function tokenApp (t: TapTest, paces: PaceRouteOptions[], options: Record<
     app.post('/token', { config: { pace: paces } }, async (request: FastifyRequest, reply: FastifyReply) => {
       const body = request.body as Record<string, string>
       if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace!.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(401).send({ error: 'invalid_client' })
       }
       return { access_token: 'token', token_type: 'Bearer' }
@@ -145,7 +145,7 @@ if (client !== null) {
         gate.entered()
         await gate.released
         if (request.headers['x-real'] !== 'yes') {
-          request.pace!.outcome = 'rejected'
+          request.pace.outcome = 'rejected'
           return reply.code(401).send({ error: 'invalid_client' })
         }
         return 'token'

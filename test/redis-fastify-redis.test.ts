@@ -22,7 +22,7 @@ async function replica (url: string, prefix: string): Promise<FastifyInstance> {
   await app.register(exchangePace, { store: new RedisStore({ client: app.redis, prefix, timeoutMs: 1000 }) })
   app.post('/token', { config: { pace: { perSecond: 3, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
     if ((request.body as Record<string, string>).client_secret !== SECRET) {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       return reply.code(401).send({ error: 'invalid_client' })
     }
     return { access_token: 'token', token_type: 'Bearer' }

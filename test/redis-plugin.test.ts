@@ -25,7 +25,7 @@ async function tokenServer (store: RedisStore, logLines: Array<Record<string, un
   app.post('/token', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
     const { client_secret: secret } = request.body as Record<string, string>
     if (secret !== SECRET) {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       return reply.code(401).send({ error: 'invalid_client' })
     }
     return { access_token: 'token', token_type: 'Bearer' }

@@ -18,7 +18,7 @@ async function server (store: RedisStore, log: Array<Record<string, unknown>>): 
   await app.register(exchangePace, { store })
   app.post('/token', { config: { pace: { perSecond: 2, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
     if ((request.body as Record<string, string>).client_secret !== SECRET) {
-      request.pace!.outcome = 'rejected'
+      request.pace.outcome = 'rejected'
       return reply.code(401).send({ error: 'invalid_client' })
     }
     return { access_token: 'token', token_type: 'Bearer' }

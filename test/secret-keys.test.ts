@@ -66,7 +66,7 @@ async function app (tt: TapTest, pace: PaceRouteOptions | PaceRouteOptions[], op
   tt.teardown(() => fastify.close())
   await fastify.register(formbody)
   await fastify.register(exchangePace, { now: () => 0, onEvent: event => { events.push(event) }, ...options })
-  const handler = async (request: { pace: { held: Array<{ key: string }> } | null }) => ({ keys: request.pace!.held.map(held => held.key) })
+  const handler = async (request: { pace: { held: Array<{ key: string }> } | null }) => ({ keys: request.pace.held.map(held => held.key) })
   fastify.post('/poll', { config: { pace } }, handler)
   fastify.route({ method: ['GET', 'POST'], url: '/userinfo', config: { pace }, handler })
   await fastify.ready()

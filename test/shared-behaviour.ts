@@ -72,7 +72,7 @@ async function tokenHandler (request: FastifyRequest, reply: FastifyReply): Prom
   const body = request.body as Record<string, string>
   await tick()
   if (CLIENTS.get(body.client_id) !== body.client_secret) {
-    request.pace!.outcome = 'rejected'
+    request.pace.outcome = 'rejected'
     return reply.code(401).send({ error: 'invalid_client' })
   }
   return { access_token: 'token', token_type: 'Bearer' }
@@ -154,7 +154,7 @@ export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, u
   t.test('spend every: a rejected outcome is never refunded', async t => {
     const app = await build(t, paceOptions(), app => {
       app.get('/authorize', { config: { pace: { perSecond: 2, key: 'source', spend: 'every' } } }, async (request, reply) => {
-        request.pace!.outcome = 'rejected'
+        request.pace.outcome = 'rejected'
         return reply.code(400).send({ error: 'invalid_request' })
       })
     })
@@ -207,7 +207,7 @@ export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, u
     const app = await build(t, paceOptions(), app => {
       app.post('/token', { config: { pace: { perSecond: 2, key: 'client', spend: 'accepted' } } }, async (request) => {
         await tick()
-        if ((request.body as Record<string, string>).reject === 'yes') request.pace!.outcome = 'rejected'
+        if ((request.body as Record<string, string>).reject === 'yes') request.pace.outcome = 'rejected'
         throw new Error('database down')
       })
     })
@@ -221,7 +221,7 @@ export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, u
   t.test('a request declaring no client id reserves nothing and still has request.pace', async t => {
     const app = await build(t, paceOptions(), app => {
       app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, async (request) => {
-        return { held: request.pace!.held.length, outcome: request.pace!.outcome }
+        return { held: request.pace.held.length, outcome: request.pace.outcome }
       })
     })
     for (let i = 0; i < 3; i++) {
