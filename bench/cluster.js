@@ -14,8 +14,13 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Redis, { Cluster } from 'ioredis'
 
-/** Runs "$0" with "$@", says its pid, and kills it when standard input closes (test/helpers/cluster.ts has the same). */
-const WATCHDOG = 'exec 3<&0; "$0" "$@" & server=$!; echo "$server"; (while read -r _; do :; done; kill -9 "$server" 2>/dev/null) <&3 & wait "$server"'
+/**
+ * Runs "$0" (the server) with "$@", says its pid, and exits when the server does; a reader in the
+ * background kills the server when standard input closes (kept on fd 3: an asynchronous list's
+ * standard input is /dev/null in a shell without job control). The tests' servers run under it too
+ * (test/helpers/cluster.ts).
+ */
+export const WATCHDOG = 'exec 3<&0; "$0" "$@" & server=$!; echo "$server"; (while read -r _; do :; done; kill -9 "$server" 2>/dev/null) <&3 & wait "$server"'
 
 async function free (port) {
   const probe = createServer()
@@ -32,8 +37,11 @@ async function free (port) {
   }
 }
 
-/** A loopback port free now whose cluster bus port (port + 10000) is free too, away from 6379 and the ephemeral range. */
-async function spareClusterPort () {
+/**
+ * A loopback port free now whose cluster bus port (port + 10000) is free too, away from the usual
+ * ones (6379 and up) and from the ephemeral range Linux hands out from 32768.
+ */
+export async function spareClusterPort () {
   for (let attempt = 0; attempt < 200; attempt++) {
     const port = 20000 + Math.floor(Math.random() * 12000)
     if (await free(port) && await free(port + 10000)) return port

@@ -2,11 +2,11 @@ import t from 'tap'
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type ClusterOptions } from 'ioredis'
+import { spareClusterPort, WATCHDOG } from '../../bench/cluster.js'
 import { underCI } from './redis.js'
 
 /**
@@ -19,13 +19,6 @@ import { underCI } from './redis.js'
 
 /** The server binaries the tests know: Redis's and Valkey's (which takes the same options). */
 export type ServerBinary = 'redis-server' | 'valkey-server'
-
-/**
- * Runs "$0" (the server) with "$@", says its pid, and exits when the server does; a reader in the
- * background kills the server when standard input closes (kept on fd 3: an asynchronous list's
- * standard input is /dev/null in a shell without job control).
- */
-const WATCHDOG = 'exec 3<&0; "$0" "$@" & server=$!; echo "$server"; (while read -r _; do :; done; kill -9 "$server" 2>/dev/null) <&3 & wait "$server"'
 
 /** One server the test started: its port and pid, a way to freeze and thaw it, and its end. */
 export interface Server {
@@ -46,34 +39,6 @@ export function installedOrSkip (binary: ServerBinary, why: string): boolean {
   if (underCI()) throw new Error(`CI needs ${binary} (.ci/run installs it): ${reason}`)
   t.skip(reason)
   return false
-}
-
-/** Whether nothing listens on 127.0.0.1:`port` now. */
-async function free (port: number): Promise<boolean> {
-  const probe = createServer()
-  try {
-    await new Promise<void>((resolve, reject) => {
-      probe.once('error', reject)
-      probe.listen(port, '127.0.0.1', resolve)
-    })
-    return true
-  } catch {
-    return false
-  } finally {
-    probe.close()
-  }
-}
-
-/**
- * A loopback port free now whose cluster bus port (port + 10000) is free too, away from the usual
- * ones (6379 and up) and from the ephemeral range Linux hands out from 32768.
- */
-async function sparePorts (): Promise<number> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const port = 20000 + Math.floor(Math.random() * 12000)
-    if (await free(port) && await free(port + 10000)) return port
-  }
-  throw new Error('no free pair of loopback ports for a cluster node')
 }
 
 /** Resolves once a PING to `port` is answered, or rejects when `exited` comes first or 10 s pass. */
@@ -104,7 +69,7 @@ async function answering (port: number, exited: Promise<unknown>): Promise<void>
  */
 async function startServer (tt: typeof t, binary: ServerBinary, dir: string, args: (port: number) => string[]): Promise<Server> {
   for (let attempt = 0; ; attempt++) {
-    const port = await sparePorts()
+    const port = await spareClusterPort()
     const options = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
       '--dir', dir, '--logfile', join(dir, `${port}.log`), ...args(port)]
     const shell: ChildProcess = spawn('sh', ['-c', WATCHDOG, binary, ...options], { stdio: ['pipe', 'pipe', 'ignore'] })
