@@ -84,6 +84,8 @@ t.test('without ioredis it says what to install, exit 1', async t => {
   const missing = 'ioredis-is-not-installed-here'
   const out = await cli(['inspect', ...GOOD, '--client', 'c'], {}, () => import(missing))
   t.same(out, { stdout: '', stderr: 'exchangepace: the CLI talks to Redis through ioredis, which is not installed here: npm install ioredis\n', code: 1 })
+  const uncoded = await cli(['inspect', ...GOOD, '--client', 'c'], {}, async () => { throw new Error("Cannot find package 'ioredis' imported from /app/cli.js") })
+  t.same(uncoded, { stdout: '', stderr: 'exchangepace: the CLI talks to Redis through ioredis, which is not installed here: npm install ioredis\n', code: 1 }, 'also when a loader hook rethrows the message without its code')
   const broken = await cli(['inspect', ...GOOD, '--client', 'c'], {}, async () => { throw new Error('ioredis failed to load') })
   t.same(broken, { stdout: '', stderr: 'exchangepace: ioredis failed to load\n', code: 1 }, 'another failure to load is told as it is')
 })
