@@ -98,11 +98,13 @@ function customReader (key: (request: FastifyRequest) => string | undefined, nam
   }
 }
 
-function isThenable (value: unknown): value is PromiseLike<unknown> {
+/** Whether `value` is a Promise (or another thenable), which a synchronous option must not return. */
+export function isThenable (value: unknown): value is PromiseLike<unknown> {
   return typeof (value as { then?: unknown } | null)?.then === 'function'
 }
 
-function ignoreRejection (): void {}
+/** Handles a rejection of a Promise left behind: Node would end the process on an unhandled one. */
+export function ignoreRejection (): void {}
 
 /** What a key function returned instead of a key, for the error that says so. */
 function notAKey (value: unknown): string {

@@ -92,7 +92,7 @@ export interface PaceRule {
  * The highest quota a route may declare: its RateLimit-Policy quota (up to 1000 windows of the
  * rate, for a fractional one) must stay an RFC 8941 integer, which has at most 15 digits.
  */
-const MAX_QUOTA = 999_999_999_999
+export const MAX_QUOTA = 999_999_999_999
 
 /** The longest window, in seconds: a year. */
 const MAX_WINDOW = 365 * 24 * 3600
@@ -105,7 +105,8 @@ const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf
 /** Reports a bad option: the route, where the option sits, what was expected and what came; `prefix` starts every error of the route. */
 type Fail = ((option: string, expected: string, value: unknown) => never) & { prefix: string }
 
-function describe (value: unknown): string {
+/** A value as an error message shows it: a string quoted, an object as JSON, a function as such. */
+export function describe (value: unknown): string {
   if (typeof value === 'function') return 'a function'
   if (typeof value === 'string') return JSON.stringify(value)
   // JSON would print NaN and Infinity as null.

@@ -1,5 +1,7 @@
 import { Pace, type Clock } from '../bucket/pace.js'
 import { PaceCounts, type PaceKeyName } from '../http/observer.js'
+import { ignoreRejection, isThenable } from '../http/request-keys.js'
+import { MAX_QUOTA } from '../http/route-config.js'
 import type { PaceStore, SharedPace } from '../store.js'
 import type { FastifyBaseLogger } from 'fastify'
 
@@ -31,9 +33,6 @@ export interface PaceMaking {
   readonly store: PaceStore | undefined
   readonly log: FastifyBaseLogger
 }
-
-/** The highest rate `rateOf` may give, as for a declared one (see route-config.ts). */
-const MAX_QUOTA = 999_999_999_999
 
 /** Distinct rates one pace keeps a lane for: `rateOf` gives the rates of registrations, which are few. */
 const MAX_LANES = 256
@@ -91,8 +90,8 @@ export class NamedPace {
 
   #newLane (rate: unknown): Lane {
     const pace = `exchangepace: the rateOf of pace ${JSON.stringify(this.name)}`
-    if (typeof (rate as PromiseLike<unknown> | null)?.then === 'function') {
-      ;(rate as PromiseLike<unknown>).then(undefined, () => {})
+    if (isThenable(rate)) {
+      rate.then(undefined, ignoreRejection)
       throw new TypeError(`${pace} returned a Promise; it must answer at once (keep the rates of registered clients in memory)`)
     }
     if (typeof rate !== 'number' || !(rate >= 1 && rate <= MAX_QUOTA)) {

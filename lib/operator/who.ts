@@ -1,6 +1,7 @@
 import { isIP, isIPv6 } from 'node:net'
 import { checkKey, InvalidRequest, pairKey, sourceKey } from '../keys/parse.js'
 import type { PaceKeyName } from '../http/observer.js'
+import { describe } from '../http/route-config.js'
 
 /**
  * One key of a pace, given by its parts as an operator knows them: `{ client }` for a pace keyed by
@@ -65,14 +66,4 @@ function operatorSource (source: unknown, { ipv6Subnet, maxKeyLength }: KeyMakin
     if (prefix !== null && isIPv6(prefix[1]) && Number(prefix[2]) === ipv6Subnet) return sourceKey(prefix[1], ipv6Subnet, maxKeyLength)
   }
   throw new InvalidRequest(`source must be an IP address, or an IPv6 prefix /${ipv6Subnet} as the logs show it; got ${describe(source)}`)
-}
-
-function describe (value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value)
-  if (value === null || typeof value !== 'object') return String(value)
-  try {
-    return JSON.stringify(value)
-  } catch {
-    return 'an object'
-  }
 }
