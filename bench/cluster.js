@@ -56,9 +56,14 @@ export function admin (port) {
   return client
 }
 
-/** Resolves once `port` answers a PING, or rejects after 10 s. */
-async function answering (port) {
-  for (let waited = 0; waited < 10_000; waited += 20) {
+/**
+ * Resolves once `port` answers a PING, or rejects when `exited` (the server's exit, when given)
+ * comes first or 10 s pass. The tests' servers wait for it too (test/helpers/cluster.ts).
+ */
+export async function answering (port, exited = null) {
+  const server = { gone: false } // an object: the loop's condition changes from the callbacks
+  exited?.then(() => { server.gone = true }, () => { server.gone = true })
+  for (let waited = 0; waited < 10_000 && !server.gone; waited += 20) {
     const probe = admin(port)
     try {
       await probe.connect()
@@ -70,7 +75,7 @@ async function answering (port) {
       probe.disconnect()
     }
   }
-  throw new Error(`the server on port ${port} did not answer within 10 s`)
+  throw new Error(`the server on port ${port} ${server.gone ? 'exited' : 'did not answer within 10 s'}`)
 }
 
 /**
@@ -98,7 +103,7 @@ export async function startServer (dir, args = [], { binary = 'redis-server', po
       return killed
     }
   }
-  await answering(chosen).catch(async err => {
+  await answering(chosen, exited).catch(async err => {
     await server.kill()
     throw err
   })

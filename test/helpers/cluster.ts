@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type ClusterOptions } from 'ioredis'
-import { spareClusterPort, WATCHDOG } from '../../bench/cluster.js'
+import { answering, spareClusterPort, WATCHDOG } from '../../bench/cluster.js'
 import { underCI } from './redis.js'
 
 /**
@@ -39,28 +39,6 @@ export function installedOrSkip (binary: ServerBinary, why: string): boolean {
   if (underCI()) throw new Error(`CI needs ${binary} (.ci/run installs it): ${reason}`)
   t.skip(reason)
   return false
-}
-
-/** Resolves once a PING to `port` is answered, or rejects when `exited` comes first or 10 s pass. */
-async function answering (port: number, exited: Promise<unknown>): Promise<void> {
-  const server = { gone: false }
-  exited.then(() => { server.gone = true }, () => { server.gone = true })
-  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
-  probe.on('error', () => {}) // refused until the server listens: the loop below tries again
-  try {
-    for (let waited = 0; waited < 10000 && !server.gone; waited += 20) {
-      try {
-        await probe.connect()
-        await probe.ping()
-        return
-      } catch {
-        await sleep(20)
-      }
-    }
-  } finally {
-    probe.disconnect()
-  }
-  throw new Error(`the server on port ${port} ${server.gone ? 'exited' : 'did not answer within 10 s'}`)
 }
 
 /**
