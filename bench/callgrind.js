@@ -26,8 +26,9 @@
 // keeps up, and with two servers under callgrind that depended on the scheduler.
 
 import { execFileSync, spawn } from 'node:child_process'
-import { readFileSync, readdirSync } from 'node:fs'
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs'
 import { connect } from 'node:net'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { FORM } from './apps.js'
@@ -136,6 +137,30 @@ async function alignAfterMajorGc (server, config, requests) {
     majorGcBeforeWindow = (await server.ask('collections', 'collections')).major > 0
   }
   return { alignedAfter, majorGcBeforeWindow }
+}
+
+/**
+ * The counts of each of `configs` ({ kind, url, body, name, server? }), each counted `rounds` times
+ * in fresh servers, in turn, the order reversed every other round so that no configuration always
+ * follows the same one; in the order of `configs`. For the scripts that compare builds or set-ups
+ * beside the parts (bench/compare-builds.js, bench/unpaced.js).
+ */
+export async function countInRounds (configs, rounds, { warmup, requests }) {
+  const counts = configs.map(() => [])
+  const dir = mkdtempSync(join(tmpdir(), 'exchangepace-counts-'))
+  try {
+    for (let round = 0; round < rounds; round++) {
+      for (let turn = 0; turn < configs.length; turn++) {
+        const i = round % 2 === 0 ? turn : configs.length - 1 - turn
+        const result = await countServer(configs[i], { dir, warmup, requests, server: configs[i].server })
+        counts[i].push(result.instructionsPerRequest)
+        log(`  round ${round + 1}: ${configs[i].name}: ${fmt(result.instructionsPerRequest, 0)} (major GCs in the window: ${result.majorGcs})`)
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+  return counts
 }
 
 /** Servers started so far: each dumps to files of its own. */

@@ -11,12 +11,11 @@
 // server of bench/apps.js both builds are counted as (default exchangepace; `unpaced` counts a
 // route the plugin does not pace). It prints a table; it writes nothing but the copy in DIR.
 
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { copyFileSync, mkdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
 import { tokenBody } from './apps.js'
-import { countServer, valgrindVersion } from './callgrind.js'
+import { countInRounds, valgrindVersion } from './callgrind.js'
 import { BENCH_DIR, fmt, log, median, table } from './common.js'
 
 const { values, positionals } = parseArgs({ allowPositionals: true, options: { rounds: { type: 'string', default: '2' }, requests: { type: 'string', default: '10000' }, kind: { type: 'string', default: 'exchangepace' } } })
@@ -36,20 +35,7 @@ const CONFIGS = [
   { ...token, kind: values.kind, name: `${values.kind}, this checkout`, server: join(BENCH_DIR, 'http-server.js') }
 ]
 const run = { warmup: 5000, requests: Number(values.requests) }
-const counts = CONFIGS.map(() => [])
-const dir = mkdtempSync(join(tmpdir(), 'exchangepace-builds-'))
-try {
-  for (let round = 0; round < Number(values.rounds); round++) {
-    const order = round % 2 === 0 ? [0, 1, 2] : [2, 1, 0]
-    for (const i of order) {
-      const result = await countServer(CONFIGS[i], { ...run, dir, server: CONFIGS[i].server })
-      counts[i].push(result.instructionsPerRequest)
-      log(`  round ${round + 1}: ${CONFIGS[i].name}: ${fmt(result.instructionsPerRequest, 0)} (major GCs in the window: ${result.majorGcs})`)
-    }
-  }
-} finally {
-  rmSync(dir, { recursive: true, force: true })
-}
+const counts = await countInRounds(CONFIGS, Number(values.rounds), run)
 const floor = median(counts[0])
 log(`\ninstructions per request, ${run.requests} counted per server, median of ${values.rounds} servers each`)
 log(table(['build', 'instructions/req', 'each server', 'ratio to the floor'], CONFIGS.map((c, i) => [

@@ -8,12 +8,9 @@
 // Run: node bench/unpaced.js [--rounds N] [--requests N] (needs valgrind). It prints a table and
 // writes nothing. The figures of 2026-12-06 are in docs/reference.md (`request.pace`).
 
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { tokenBody } from './apps.js'
-import { countServer, valgrindVersion } from './callgrind.js'
+import { countInRounds, valgrindVersion } from './callgrind.js'
 import { fmt, log, median, table } from './common.js'
 
 const { values } = parseArgs({ options: { rounds: { type: 'string', default: '2' }, requests: { type: 'string', default: '10000' } } })
@@ -24,20 +21,7 @@ if (valgrindVersion() === null) {
 
 const CONFIGS = ['bare', 'unpaced', 'unpaced-read'].map(kind => ({ kind, name: kind, url: '/token', body: tokenBody() }))
 const run = { warmup: 5000, requests: Number(values.requests) }
-const counts = CONFIGS.map(() => [])
-const dir = mkdtempSync(join(tmpdir(), 'exchangepace-unpaced-'))
-try {
-  for (let round = 0; round < Number(values.rounds); round++) {
-    const order = round % 2 === 0 ? [0, 1, 2] : [2, 1, 0]
-    for (const i of order) {
-      const result = await countServer(CONFIGS[i], { ...run, dir })
-      counts[i].push(result.instructionsPerRequest)
-      log(`  round ${round + 1}: ${CONFIGS[i].name}: ${fmt(result.instructionsPerRequest, 0)} (major GCs in the window: ${result.majorGcs})`)
-    }
-  }
-} finally {
-  rmSync(dir, { recursive: true, force: true })
-}
+const counts = await countInRounds(CONFIGS, Number(values.rounds), run)
 const bare = median(counts[0])
 log(`\ninstructions per request, ${run.requests} counted per server, median of ${values.rounds} servers each`)
 log(table(['server', 'instructions/req', 'each server', 'over bare', 'ratio to bare'], CONFIGS.map((c, i) => [
