@@ -128,8 +128,8 @@ function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bo
     ticket.refused = true
     giveBack(step, ticket, first)
     step.observer.refused(request, bound, key, reservation.retryAfterMs)
-    const declared = lane === bound.lane
-    refuse(request, reply, declared ? bound.rule : { name: bound.name, refusal: bound.rule.refusal, ...lane }, declared ? bound.quota : bound.quotaOf(lane), reservation, ticket.held, step.refusalBody)
+    const rule = lane === bound.lane ? bound.rule : { name: bound.name, refusal: bound.rule.refusal, ...lane }
+    refuse(request, reply, rule, laneQuota(bound, lane), reservation, ticket.held, step.refusalBody)
     return false
   }
   bound.counts.granted++
@@ -139,5 +139,10 @@ function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bo
 
 /** The unit `reservation` took from `lane` of `bound`'s pace under `key`, as a ticket holds it. */
 function holding (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): Holding {
-  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: lane === bound.lane ? bound.quota : bound.quotaOf(lane), bound }
+  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: laneQuota(bound, lane), bound }
+}
+
+/** The header items of `lane` of `bound`'s pace: the declared rate's without a lookup. */
+function laneQuota (bound: BoundPace, lane: Lane): QuotaItems {
+  return lane === bound.lane ? bound.quota : bound.quotaOf(lane)
 }
