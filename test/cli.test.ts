@@ -148,6 +148,11 @@ function scriptedIoredis (rows: Map<string, number[]>, calls: string[]) {
       bytes.writeDoubleLE(NOW + ms, 0)
       return bytes
     }
+
+    async exchangepaceAnnounce (index: string, channel: string, member: string, ms: number): Promise<number> {
+      calls.push(`announce ${index} ${channel} ${member} ${ms}`)
+      return 1
+    }
   }
   return async () => ({ Redis: Scripted, Cluster: Scripted })
 }
@@ -185,13 +190,13 @@ t.test('inspect, reset and block as a person and a script read them (a scripted 
   const full = await run('inspect', '--pace', '/token#client', '--client', 'webapp')
   t.match(full.stdout, /\n {2}full \(no row in Redis\); the pace's declared rate is not stored there, so how many units it holds is not known from here\.\n/)
 
-  t.equal((await run('reset', ...pair)).stdout, 'reset /token#client+source:rejected, client reporting-service from 203.0.113.7: the bucket is full in Redis, and every replica follows within a second; it was spent (0 left).\n')
+  t.equal((await run('reset', ...pair)).stdout, 'reset /token#client+source:rejected, client reporting-service from 203.0.113.7: the bucket is full in Redis, and every replica follows at once (one that missed the news, at its next request for the key while Redis answers); it was spent (0 left).\n')
   t.match((await run('reset', '--pace', '/token#source', '--source', '198.51.100.23')).stdout, /; it was blocked\.\n$/)
   t.match((await run('reset', '--pace', '/token#client', '--client', 'webapp')).stdout, /; it had no row \(already full: nothing to lift; check --pace and the parts if one was expected\)\.\n$/)
   t.match(JSON.parse((await run('reset', '--pace', '/token#custom', '--key', 'tenant-7', '--json')).stdout), { action: 'reset', keyKind: 'function', key: 'tenant-7', before: { state: 'full' } })
 
   const blocked = await run('block', '--pace', '/token#source', '--source', '198.51.100.23', '--seconds', '3600')
-  t.equal(blocked.stdout, 'blocked /token#source, source 198.51.100.23 for 1 h, until 2026-12-06T04:00:00.000Z: every replica refuses it until then, then its bucket is full.\n' +
+  t.equal(blocked.stdout, 'blocked /token#source, source 198.51.100.23 for 1 h, until 2026-12-06T04:00:00.000Z: every replica refuses it until then, also while Redis does not answer (one started while Redis does not answer cannot know of it); then its bucket is full.\n' +
     '  exchangepace reset with the same options lifts it. Redis cannot tell whether an app declares a pace named "/token#source": check it against fastify.pace.names().\n')
   t.same(JSON.parse((await run('block', '--pace', '/token#source', '--source', '198.51.100.23', '--seconds', '90', '--json', '--cluster')).stdout), {
     action: 'block', pace: '/token#source', keyKind: 'source', key: '198.51.100.23', redisKey: 'exchangepace:/token#source:198.51.100.23', seconds: 90, blockedUntil: '2026-12-06T03:01:30.000Z'

@@ -137,7 +137,7 @@ t.test('a pace of another window calls both scripts with its window in ms; a one
 
 t.test('the store loads one script per operation and keys buckets as prefix + name + ":" + key', async t => {
   const { client, store, pace } = setup()
-  t.same([...client.scripts.keys()], ['exchangepaceReserve', 'exchangepaceRefund', 'exchangepaceInspect', 'exchangepaceReset', 'exchangepaceBlock'])
+  t.same([...client.scripts.keys()], ['exchangepaceReserve', 'exchangepaceRefund', 'exchangepaceInspect', 'exchangepaceReset', 'exchangepaceBlock', 'exchangepaceAnnounce', 'exchangepaceBlocks', 'exchangepaceProbe'])
   t.match(client.scripts.get('exchangepaceReserve'), /redis\.call\('TIME'\)/, 'the clock is the server\'s')
   t.equal(store.prefix, 'exchangepace:')
   t.equal(store.scope, 'shared by all replicas (Redis)')

@@ -51,7 +51,7 @@ interface Client {
   defineCommand: (name: string, definition: { numberOfKeys: number, lua: string }) => void
   connect: () => Promise<void>
   disconnect: () => void
-  on: (event: 'error', listener: (err: Error) => void) => unknown
+  on: (event: 'error' | 'end' | 'ready', listener: (err: Error) => void) => unknown
 }
 
 interface Ioredis {
@@ -136,12 +136,12 @@ async function run (command: CliCommand, store: RedisStore): Promise<string> {
     await store.reset(pace, key)
     if (json) return jsonLine({ ...head, before: bucketJson(before) })
     const held = before.state === 'full' ? 'it had no row (already full: nothing to lift; check --pace and the parts if one was expected)' : `it was ${before.state === 'blocked' ? 'blocked' : `spent (${String(before.remaining)} left)`}`
-    return `reset ${pace}, ${whoText(command)}: the bucket is full in Redis, and every replica follows within a second; ${held}.\n`
+    return `reset ${pace}, ${whoText(command)}: the bucket is full in Redis, and every replica follows at once (one that missed the news, at its next request for the key while Redis answers); ${held}.\n`
   }
   const seconds = command.seconds as number
   const until = await store.block(pace, key, seconds * 1000)
   if (json) return jsonLine({ ...head, seconds, blockedUntil: until.toISOString() })
-  return `blocked ${pace}, ${whoText(command)} for ${duration(seconds * 1000)}, until ${until.toISOString()}: every replica refuses it until then, then its bucket is full.\n` +
+  return `blocked ${pace}, ${whoText(command)} for ${duration(seconds * 1000)}, until ${until.toISOString()}: every replica refuses it until then, also while Redis does not answer (one started while Redis does not answer cannot know of it); then its bucket is full.\n` +
     `  exchangepace reset with the same options lifts it. Redis cannot tell whether an app declares a pace named ${JSON.stringify(pace)}: check it against fastify.pace.names().\n`
 }
 

@@ -103,7 +103,11 @@ export class Outages {
     const path = mode === 'fallback'
       ? `pacing ${cluster ? 'its keys ' : ''}per replica in memory`
       : `failing ${mode}${cluster ? ' for its keys' : ''}`
-    log.warn(cluster ? { err, master } : { err }, `exchangepace: ${label(master)} unavailable (${err.message}); ${path} until it answers again`)
+    if (deniedByAcl(err.message)) {
+      log.error(cluster ? { err, master } : { err }, `exchangepace: ${label(master)} denies the RedisStore's user a command (${err.message}): a permission is missing, not the server; ${path} until it is granted (docs/stores.md gives the ACL SETUSER line)`)
+    } else {
+      log.warn(cluster ? { err, master } : { err }, `exchangepace: ${label(master)} unavailable (${err.message}); ${path} until it answers again`)
+    }
   }
 
   /**
@@ -155,4 +159,12 @@ export class Outages {
 /** How log lines name a master: by its address in a cluster whose slot map names it. */
 function label (master: string): string {
   return master === '' ? 'Redis store' : `Redis master ${master}`
+}
+
+/**
+ * Whether Redis's error `message` is its ACL denying the user a command, a key or a channel: a
+ * NOPERM reply, or the error a script gets for a command it may not call.
+ */
+export function deniedByAcl (message: string): boolean {
+  return message.includes('NOPERM') || message.includes('user executing the script can')
 }

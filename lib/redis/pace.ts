@@ -64,8 +64,8 @@ class RedisReservation implements PaceReservation {
   }
 }
 
-/** A refusal Redis answered: nothing was taken, so there is nothing to give back. */
-function refusedByRedis (retryAfterMs: number): PaceReservation {
+/** A refusal Redis answered, or a block this replica heard of: nothing was taken, so there is nothing to give back. */
+function refused (retryAfterMs: number): PaceReservation {
   return { granted: false, remaining: 0, retryAfterMs, refund () {} }
 }
 
@@ -133,7 +133,7 @@ export class RedisPace implements SharedPace {
       this.#track()
     }
     const redisKey = this.#prefix + key
-    if (!store._mayTry(redisKey)) return Promise.resolve(local ?? this.#unavailable)
+    if (!store._mayTry(redisKey)) return Promise.resolve(local ?? this.#whenUnavailable(redisKey))
     const outage = store._outage
     return new Promise(resolve => {
       const deadlines = this.#deadlines
@@ -165,7 +165,7 @@ export class RedisPace implements SharedPace {
         if (length === GRANT_BYTES) resolve(new RedisReservation(this, redisKey, reply, local === null || local.granted ? local : this.#follow(key)))
         else {
           local?.refund()
-          resolve(refusedByRedis(reply.readDoubleLE(0)))
+          resolve(refused(reply.readDoubleLE(0)))
         }
         store._answered(this, redisKey, outage)
       }, (err: Error) => {
@@ -205,8 +205,18 @@ export class RedisPace implements SharedPace {
    * throws must not leave it waiting).
    */
   #failed (redisKey: string, local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
-    resolve(local ?? this.#unavailable)
+    resolve(local ?? this.#whenUnavailable(redisKey))
     this.#store._failed(redisKey, err, this.#log)
+  }
+
+  /**
+   * What a request gets with `whenUnavailable: 'open'` or 'closed' while Redis is unavailable: a
+   * refusal until the end of a block this replica heard of (see `BlockNews`; with 'fallback' the
+   * block is in the memory pace itself), or the mode's answer.
+   */
+  #whenUnavailable (redisKey: string): PaceReservation {
+    const blockedMs = this.#store._blockedMs(redisKey)
+    return blockedMs > 0 ? refused(blockedMs) : this.#unavailable
   }
 
   /** @internal Whether the store tracks this pace (its memory may hold rows). */

@@ -337,9 +337,24 @@ export function scriptWindow (name: string, bucket: PaceBucket): number | null {
   return windowMs
 }
 
-/** The part of an ioredis client (`Redis` or `Cluster`) the store uses. */
+/**
+ * The part of an ioredis client (`Redis` or `Cluster`) the store uses: `defineCommand` for its
+ * scripts; and to hear of the blocks and resets made on other replicas (block-news.ts), `duplicate`
+ * for a connection to subscribe on and `on` for the client's 'end' and 'ready'. A client without
+ * the last two works, and its replica hears of no block made elsewhere (the store warns).
+ */
 export interface RedisClientLike {
   defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void
+  duplicate? (): RedisSubscriberLike
+  on? (event: 'end' | 'ready', listener: () => void): unknown
+}
+
+/** A connection subscribed to the store's announcements of blocks: an ioredis `Redis` or `Cluster`, duplicated. */
+export interface RedisSubscriberLike {
+  subscribe (channel: string): Promise<unknown>
+  on (event: 'message', listener: (channel: string, message: string) => void): unknown
+  on (event: 'error', listener: (err: Error) => void): unknown
+  disconnect (): void
 }
 
 /** The reserve script's reply: a refusal, the wait in ms; a grant, the units left, the run, the grant's number, its time and the ms until full. */

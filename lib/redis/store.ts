@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
+import { BlockNews } from './block-news.js'
 import { Deadlines } from './deadlines.js'
 import type { Pace } from '../bucket/pace.js'
 import { Outages, type SlotMap } from './outages.js'
@@ -61,6 +62,8 @@ export class RedisStore implements PaceStore {
   readonly _deadlines: Deadlines
   /** Which masters are unavailable (one, for a client with one server), and when to try them again. */
   readonly #outages: Outages
+  /** The blocks this replica heard of, and how it hears of them. */
+  readonly #news: BlockNews
   /** The paces whose memory may hold rows (with `whenUnavailable: 'fallback'`), and where tidying them goes on. */
   readonly #tracked = new Set<RedisPace>()
   #tidyNext = this.#tracked.values()
@@ -85,11 +88,14 @@ export class RedisStore implements PaceStore {
     this.whenUnavailable = whenUnavailable
     this.outage = OUTAGE[whenUnavailable]
     this.#outages = new Outages(client as SlotMap, retryMs, whenUnavailable)
+    this.#news = new BlockNews(client, prefix)
   }
 
   pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace {
     const windowMs = scriptWindow(name, rate)
-    return new RedisPace(this, this.#commands, this.#key(name, ''), rate.limit, windowMs, this.whenUnavailable === 'fallback' ? local : null, log)
+    const fallback = this.whenUnavailable === 'fallback' ? local : null
+    this.#news.register(keyName(name), fallback, log)
+    return new RedisPace(this, this.#commands, this.#key(name, ''), rate.limit, windowMs, fallback, log)
   }
 
   async inspect (name: string, key: string): Promise<StoredBucket> {
@@ -105,12 +111,29 @@ export class RedisStore implements PaceStore {
     }
   }
 
+  /** Also lifts the block in this replica's memory, and announces the reset to every replica (see `BlockNews`). */
   async reset (name: string, key: string): Promise<void> {
-    await this.#commands.exchangepaceReset(this.#key(name, key))
+    const member = `${keyName(name)}:${key}`
+    await this.#commands.exchangepaceReset(this.prefix + member)
+    this.#news.reset(member)
+    try {
+      await this.#news.announce(member, 0)
+    } catch (err) {
+      throw new Error(`exchangepace: the key is reset in Redis, but telling the replicas failed (${(err as Error).message}); each follows at its next request for the key while Redis answers`, { cause: err })
+    }
   }
 
+  /** Also blocks the key in this replica's memory, and announces the block to every replica (see `BlockNews`). */
   async block (name: string, key: string, ms: number): Promise<Date> {
-    const reply = await this.#commands.exchangepaceBlockBuffer(this.#key(name, key), Math.ceil(ms))
+    const member = `${keyName(name)}:${key}`
+    const whole = Math.ceil(ms)
+    const reply = await this.#commands.exchangepaceBlockBuffer(this.prefix + member, whole)
+    this.#news.block(member, whole)
+    try {
+      await this.#news.announce(member, whole)
+    } catch (err) {
+      throw new Error(`exchangepace: the key is blocked in Redis, but telling the replicas failed (${(err as Error).message}); while Redis answers every replica refuses it, and one that loses Redis before reading the blocks in force admits it: block it again`, { cause: err })
+    }
     return new Date(reply.readDoubleLE(0))
   }
 
@@ -135,6 +158,11 @@ export class RedisStore implements PaceStore {
   /** @internal Whether a request for `redisKey` should ask Redis: always while its master answers; once per `retryMs` while not. */
   _mayTry (redisKey: string): boolean {
     return this.#outages.mayTry(redisKey)
+  }
+
+  /** @internal Milliseconds left of the block of `redisKey` this replica heard of; 0 when none (read only while Redis is unavailable). */
+  _blockedMs (redisKey: string): number {
+    return this.#news.blockedMs(redisKey.slice(this.prefix.length))
   }
 
   /** @internal A request for `redisKey` failed or timed out: its master is unavailable, with one warning per outage. */

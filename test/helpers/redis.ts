@@ -1,4 +1,5 @@
 import t from 'tap'
+import { EventEmitter } from 'node:events'
 import { Redis } from 'ioredis'
 
 /**
@@ -59,7 +60,13 @@ interface ClockedCommands {
   clockedExchangepaceInspectBuffer (key: string, micros: number): Promise<Buffer>
   clockedExchangepaceReset (key: string): Promise<number>
   clockedExchangepaceBlockBuffer (key: string, ms: number, micros: number): Promise<Buffer>
+  clockedExchangepaceAnnounce (index: string, channel: string, member: string, ms: number, micros: number): Promise<unknown>
+  clockedExchangepaceBlocks (index: string, micros: number): Promise<string[]>
+  clockedExchangepaceProbe (probe: string, channel: string): Promise<string[]>
 }
+
+/** One relay of a real client's 'end' and 'ready' for every clocked client on it. */
+const relays = new WeakMap<Redis, EventEmitter>()
 
 /**
  * A client for a RedisStore whose scripts run on the test's clock (`micros`, in microseconds)
@@ -97,5 +104,35 @@ export class ClockedClient {
   /** A block's key expires on Redis's own clock, after `ms` of real time: a test's blocks end on its clock, well before. */
   exchangepaceBlockBuffer (key: string, ms: number): Promise<Buffer> {
     return this.#client.clockedExchangepaceBlockBuffer(key, ms, this.micros())
+  }
+
+  exchangepaceAnnounce (index: string, channel: string, member: string, ms: number): Promise<unknown> {
+    return this.#client.clockedExchangepaceAnnounce(index, channel, member, ms, this.micros())
+  }
+
+  exchangepaceBlocks (index: string): Promise<string[]> {
+    return this.#client.clockedExchangepaceBlocks(index, this.micros())
+  }
+
+  exchangepaceProbe (probe: string, channel: string): Promise<string[]> {
+    return this.#client.clockedExchangepaceProbe(probe, channel)
+  }
+
+  /** The connection the store subscribes on: one of the real client's (announcements carry no clock). */
+  duplicate (): Redis {
+    return this.#client.duplicate()
+  }
+
+  /** The real client's 'end' and 'ready', relayed: many clocked clients may share one real client. */
+  on (event: 'end' | 'ready', listener: () => void): this {
+    let relay = relays.get(this.#client)
+    if (relay === undefined) {
+      const events = new EventEmitter().setMaxListeners(0)
+      relay = events
+      relays.set(this.#client, events)
+      for (const name of ['end', 'ready']) this.#client.on(name, () => events.emit(name))
+    }
+    relay.on(event, listener)
+    return this
   }
 }
