@@ -43,7 +43,8 @@ async function exchange (app: FastifyInstance, id: string): Promise<{ status: nu
   return { status: response.statusCode, retryAfter: response.headers['retry-after'] as string | undefined }
 }
 
-export function blockBehaviour (t: TapTest, setup: BlockSetup): void {
+/** `prefix` makes each test's store prefix (default: a unique one under the tests' own). */
+export function blockBehaviour (t: TapTest, setup: BlockSetup, makePrefix: (label: string) => string = uniquePrefix): void {
   let clock = 1_000_000
   const advance = (ms: number): void => { clock += ms }
 
@@ -89,7 +90,7 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup): void {
   }
 
   t.test('a block set through the API on one replica, or with the CLI, holds on every replica through an outage longer than it, and ends on time', async t => {
-    const prefix = uniquePrefix('blocks')
+    const prefix = makePrefix('blocks')
     const [a, b, c] = [await replica(t, prefix), await replica(t, prefix), await replica(t, prefix)]
     t.equal((await exchange(a.app, 'victim')).status, 200, 'only replica a ever served the clients')
     t.equal((await exchange(a.app, 'leaked')).status, 200)
@@ -128,7 +129,7 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup): void {
   })
 
   t.test('a reset made while Redis answers lifts the block in every replica\'s memory, through the API or the CLI', async t => {
-    const prefix = uniquePrefix('resets')
+    const prefix = makePrefix('resets')
     const replicas = [await replica(t, prefix), await replica(t, prefix), await replica(t, prefix)]
     const [a, b] = replicas
     await a.app.pace.block(PACE, { client: 'victim' }, HOUR)
@@ -148,7 +149,7 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup): void {
   })
 
   t.test('a block whose announcement a replica missed is read from the index within a second', async t => {
-    const prefix = uniquePrefix('missed')
+    const prefix = makePrefix('missed')
     const replicas = [await replica(t, prefix), await replica(t, prefix)]
     // Blocks' entries in the index, without their messages: the first is read when the replicas
     // start (or later), so once they hold it, the second can only come from a later read.
@@ -165,7 +166,7 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup): void {
   })
 
   t.test('with whenUnavailable \'open\' or \'closed\', a block heard of holds while Redis does not answer', async t => {
-    const prefix = uniquePrefix('modes')
+    const prefix = makePrefix('modes')
     const open = await replica(t, prefix, 'open')
     const closed = await replica(t, prefix, 'closed')
     await open.app.pace.block(PACE, { client: 'victim' }, 60)

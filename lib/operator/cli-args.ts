@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import type { PaceKeyName } from '../http/observer.js'
 import { whoKey, type PaceWho } from './who.js'
@@ -28,6 +29,8 @@ export interface CliCommand {
   /** How long a block lasts, in seconds; null for inspect and reset. */
   readonly seconds: number | null
   readonly redis: string
+  /** The CA certificate (PEM) the server's was signed with, read from `--tls-ca`; null for the system's CAs. */
+  readonly tlsCa: Buffer | null
   readonly cluster: boolean
   readonly prefix: string
   readonly json: boolean
@@ -39,6 +42,7 @@ const ACTIONS: readonly CliAction[] = ['inspect', 'reset', 'block']
 
 const OPTIONS = {
   redis: { type: 'string' },
+  'tls-ca': { type: 'string' },
   cluster: { type: 'boolean' },
   prefix: { type: 'string' },
   pace: { type: 'string' },
@@ -77,6 +81,7 @@ export function parseCommandLine (argv: readonly string[], env: Readonly<Record<
   if (pace === undefined || pace === '') throw new UsageError('give --pace NAME, the pace\'s name in the app (fastify.pace.names(); by default a route\'s URL, such as /token#client)')
   const seconds = blockSeconds(action as CliAction, values.seconds)
   const { keyKind, who, key } = keyOf(pace, values)
+  const redis = redisUrl(values.redis ?? env.REDIS_URL)
   return {
     action: action as CliAction,
     pace,
@@ -84,7 +89,8 @@ export function parseCommandLine (argv: readonly string[], env: Readonly<Record<
     who,
     key,
     seconds,
-    redis: redisUrl(values.redis ?? env.REDIS_URL),
+    redis,
+    tlsCa: tlsCa(values['tls-ca'], redis),
     cluster: values.cluster === true,
     prefix: values.prefix ?? 'exchangepace:',
     json: values.json === true,
@@ -141,6 +147,17 @@ function redisUrl (given: string | undefined): string {
     throw new UsageError(`--redis must be a redis:// or rediss:// URL with a host, got ${JSON.stringify(given)}`)
   }
   return given
+}
+
+/** The CA certificate `--tls-ca` names, for a rediss:// URL only; a file that cannot be read is a UsageError too. */
+function tlsCa (file: string | undefined, redis: string): Buffer | null {
+  if (file === undefined) return null
+  if (!redis.startsWith('rediss:')) throw new UsageError(`--tls-ca is for a rediss:// URL (TLS); got ${new URL(redis).protocol}//`)
+  try {
+    return readFileSync(file)
+  } catch (err) {
+    throw new UsageError(`--tls-ca: cannot read ${JSON.stringify(file)} (${(err as Error).message})`)
+  }
 }
 
 /** A decimal number from `min` to `max` written plainly (no sign, exponent or hex). */

@@ -30,6 +30,8 @@ Commands:
 
 Options:
   --redis URL        redis:// or rediss:// URL of the store's Redis (default: $REDIS_URL)
+  --tls-ca FILE      for rediss://, the CA certificate (PEM) that signed the server's
+                     (default: the system's CAs)
   --cluster          the URL is a seed node of a Redis Cluster
   --prefix P         the RedisStore's prefix (default: exchangepace:)
   --pace NAME        the pace's name in the app, such as /token#client (fastify.pace.names())
@@ -82,7 +84,7 @@ export async function main (argv: readonly string[], io: CliIo): Promise<number>
     }
     return 0
   } catch (err) {
-    io.stderr.write(`exchangepace: ${(err as Error).message}\n`)
+    io.stderr.write(`exchangepace: ${(err as Error).message.replace(/^exchangepace: /, '')}\n`)
     return 1
   }
 }
@@ -102,8 +104,9 @@ async function loadIoredis (load: () => Promise<unknown>): Promise<Ioredis> {
 
 /** A client connected to the command's Redis, or an error naming the server (without its password). */
 async function connect (ioredis: Ioredis, command: CliCommand): Promise<Client> {
-  const { redis, cluster, timeoutMs } = command
+  const { redis, cluster, timeoutMs, tlsCa } = command
   const url = new URL(redis)
+  const tls = url.protocol === 'rediss:' ? (tlsCa === null ? {} : { ca: tlsCa }) : undefined
   // No retries, and no wait longer than the timeout: not to connect, for a command, nor for a
   // server that does not answer to close the connection (ioredis's disconnectTimeout, 2 s by default).
   const options = { connectTimeout: timeoutMs, commandTimeout: timeoutMs, disconnectTimeout: timeoutMs, maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true }
@@ -111,9 +114,9 @@ async function connect (ioredis: Ioredis, command: CliCommand): Promise<Client> 
     ? new ioredis.Cluster([{ host: url.hostname, port: Number(url.port || 6379) }], {
       lazyConnect: true,
       clusterRetryStrategy: () => null,
-      redisOptions: { ...options, username: decodeURIComponent(url.username), password: decodeURIComponent(url.password), tls: url.protocol === 'rediss:' ? {} : undefined }
+      redisOptions: { ...options, username: decodeURIComponent(url.username), password: decodeURIComponent(url.password), tls }
     })
-    : new ioredis.Redis(redis, options)
+    : new ioredis.Redis(redis, { ...options, tls })
   const errors: Error[] = []
   client.on('error', err => { errors.push(err) })
   try {

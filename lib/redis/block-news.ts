@@ -251,7 +251,7 @@ export class BlockNews {
     this.#resetWhileReading.clear()
     this.#readInForce().then(() => { this.#reading = false }, (err: Error) => {
       this.#reading = false
-      this.#failed(err, 'reading the blocks in force')
+      this.#failed(err, this.#probed ? 'reading the blocks in force' : 'running its scripts')
     })
   }
 
