@@ -24,8 +24,8 @@ export interface BlockSetup {
   readonly cli: readonly string[]
   /** Stops every server (SIGSTOP) until the function it resolves to is called. */
   readonly pause: () => Promise<() => void>
-  /** Runs `command` on every server (a Redis command, to add what a lost message would have). */
-  readonly call: (key: string, ...command: string[]) => Promise<unknown>
+  /** Runs `command` as the administrator (on a cluster, on the master of its key). */
+  readonly call: (...command: string[]) => Promise<unknown>
 }
 
 const PACE = '/token'
@@ -48,9 +48,11 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup, makePrefix: (labe
   let clock = 1_000_000
   const advance = (ms: number): void => { clock += ms }
 
-  async function replica (t: TapTest, prefix: string, whenUnavailable: RedisUnavailable = 'fallback'): Promise<Replica> {
+  async function replica (t: TapTest, prefix: string, whenUnavailable: RedisUnavailable = 'fallback', deaf = false): Promise<Replica> {
     const log: Array<Record<string, unknown>> = []
-    const client = setup.client(t)
+    const real = setup.client(t)
+    // A replica that hears no announcement: its client cannot make the connection to hear them on.
+    const client = deaf ? new Proxy(real, { get: (target, name) => name === 'duplicate' ? undefined : Reflect.get(target, name) }) : real
     const store = new RedisStore({ client, prefix, timeoutMs: 50, whenUnavailable })
     const app = await build(t, { store, now: () => clock }, app => {
       app.post(PACE, { config: { pace: { perSecond: 5, key: 'client', spend: 'every' } } }, async () => ({ access_token: 'token', token_type: 'Bearer' }))
@@ -148,6 +150,23 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup, makePrefix: (labe
     }
   })
 
+  t.test('a replica that missed a reset follows Redis at its next request while Redis answers, and its memory with it', async t => {
+    const prefix = makePrefix('follows')
+    const deaf = await replica(t, prefix, 'fallback', true)
+    await deaf.app.pace.block(PACE, { client: 'victim' }, HOUR)
+    t.ok(heldMs(deaf, 'victim') > 0, 'the replica that blocked holds it')
+    await cli(prefix, 'reset', '--client', 'victim')
+    t.ok(heldMs(deaf, 'victim') > 0, 'and did not hear of the reset')
+    t.equal((await exchange(deaf.app, 'victim')).status, 200, 'its memory refuses for longer than a second, so it asks Redis, which grants')
+    t.equal(heldMs(deaf, 'victim'), 0, 'its memory followed')
+    const resume = await setup.pause()
+    try {
+      t.equal((await exchange(deaf.app, 'victim')).status, 200, 'admitted while Redis is silent')
+    } finally {
+      resume()
+    }
+  })
+
   t.test('a block whose announcement a replica missed is read from the index within a second', async t => {
     const prefix = makePrefix('missed')
     const replicas = [await replica(t, prefix), await replica(t, prefix)]
@@ -155,9 +174,9 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup, makePrefix: (labe
     // start (or later), so once they hold it, the second can only come from a later read.
     const index = `${prefix}blocks`
     const enter = async (id: string): Promise<void> => {
-      const end = Number((await setup.call(index, 'TIME') as string[])[0]) * 1000 + 60_000
-      await setup.call(index, 'ZADD', index, String(end), `${keyName(PACE)}:${id}`)
-      await setup.call(index, 'PEXPIRE', index, '60000')
+      const end = Number((await setup.call('TIME') as string[])[0]) * 1000 + 60_000
+      await setup.call('ZADD', index, String(end), `${keyName(PACE)}:${id}`)
+      await setup.call('PEXPIRE', index, '60000')
     }
     await enter('first')
     t.ok(await until(replicas, r => heldMs(r, 'first') > 0), 'both replicas hold the first')

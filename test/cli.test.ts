@@ -67,7 +67,9 @@ t.test('a command line it cannot run is a clear error, exit 2, and nothing is se
     ['a URL of another scheme', ['reset', '--pace', 'p', '--client', 'c', '--redis', 'http://127.0.0.1:6379'], {}, /--redis must be a redis:\/\/ or rediss:\/\/ URL with a host, got "http:\/\/127.0.0.1:6379"/],
     ['no URL', ['reset', '--pace', 'p', '--client', 'c', '--redis', '127.0.0.1:6379'], {}, /--redis must be a redis:\/\/ or rediss:\/\/ URL/],
     ['a URL without a host', ['reset', '--pace', 'p', '--client', 'c', '--redis', 'redis://'], {}, /--redis must be a redis:\/\/ or rediss:\/\/ URL with a host/],
-    ['a timeout of 0', ['reset', ...GOOD, '--client', 'c', '--timeout', '0'], {}, /--timeout must be a number > 0 and <= 600/]
+    ['a timeout of 0', ['reset', ...GOOD, '--client', 'c', '--timeout', '0'], {}, /--timeout must be a number > 0 and <= 600/],
+    ['a CA for a URL without TLS', ['reset', ...GOOD, '--client', 'c', '--tls-ca', 'ca.pem'], {}, /--tls-ca is for a rediss:\/\/ URL \(TLS\); got redis:\/\//],
+    ['a CA file that cannot be read', ['reset', '--pace', 'p', '--client', 'c', '--redis', 'rediss://127.0.0.1:1', '--tls-ca', '/nonexistent/ca.pem'], {}, /--tls-ca: cannot read "\/nonexistent\/ca\.pem" \(ENOENT: no such file or directory/]
   ]
   for (const [what, argv, env, message] of cases) {
     let loaded = false

@@ -23,7 +23,7 @@ if (installedOrSkip('redis-server', 'the block tests stop a server of their own'
         server.pause()
         return () => { server.resume() }
       },
-      call: async (_key, ...command) => await admin.call(command[0], ...command.slice(1))
+      call: async (...command) => await admin.call(command[0], ...command.slice(1))
     })
   })
 
@@ -41,7 +41,7 @@ if (installedOrSkip('redis-server', 'the block tests stop a server of their own'
         for (const master of cluster.masters) master.pause()
         return () => { for (const master of cluster.masters) master.resume() }
       },
-      call: async (key, ...command) => await (await cluster.masterOf(key) && admin.call(command[0], ...command.slice(1)))
+      call: async (...command) => await admin.call(command[0], ...command.slice(1))
     })
   })
 }

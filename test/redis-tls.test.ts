@@ -106,7 +106,7 @@ if (certs !== null) {
           server.pause()
           return () => { server.resume() }
         },
-        call: async (_key, ...command) => await admin.call(command[0], ...command.slice(1))
+        call: async (...command) => await admin.call(command[0], ...command.slice(1))
       }, nextPrefix)
     })
 
@@ -191,7 +191,7 @@ if (certs !== null) {
           for (const master of cluster.masters) master.pause()
           return () => { for (const master of cluster.masters) master.resume() }
         },
-        call: async (_key, ...command) => await admin.call(command[0], ...command.slice(1))
+        call: async (...command) => await admin.call(command[0], ...command.slice(1))
       }, nextPrefix)
     })
   })

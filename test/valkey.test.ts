@@ -1,13 +1,15 @@
 import t from 'tap'
 import { Redis } from 'ioredis'
 import { RedisStore } from '../lib/index.js'
+import { blockBehaviour } from './block-behaviour.js'
 import { clusterBehaviour } from './cluster-behaviour.js'
 import { installedOrSkip, startAlone, startCluster } from './helpers/cluster.js'
 import { uniquePrefix } from './helpers/redis.js'
 import { sharedBehaviour } from './shared-behaviour.js'
 
 // The shared-store behaviours on Valkey, which the file starts itself on loopback: one server
-// alone, through an ioredis client, and a three-master cluster, through ioredis's Cluster client.
+// alone, through an ioredis client, and a three-master cluster, through ioredis's Cluster client;
+// and a block on every replica through an outage (test/block-behaviour.ts) on each.
 
 if (installedOrSkip('valkey-server', 'the Valkey tests start servers of their own (.ci/run installs Debian\'s valkey-server)')) {
   const [alone, cluster] = await Promise.all([startAlone(t, 'valkey-server'), startCluster(t, 'valkey-server')])
@@ -31,5 +33,40 @@ if (installedOrSkip('valkey-server', 'the Valkey tests start servers of their ow
 
   t.test('a Valkey cluster of three masters', async t => {
     clusterBehaviour(t, cluster)
+  })
+
+  t.test('blocks through an outage, on one Valkey server', async t => {
+    const admin = new Redis({ port: alone.port, host: '127.0.0.1' })
+    t.teardown(() => admin.disconnect())
+    blockBehaviour(t, {
+      client: t => {
+        const client = new Redis({ port: alone.port, host: '127.0.0.1', enableAutoPipelining: true })
+        t.teardown(() => client.quit())
+        return client
+      },
+      cli: ['--redis', `redis://127.0.0.1:${alone.port}`],
+      pause: async () => {
+        alone.pause()
+        return () => { alone.resume() }
+      },
+      call: async (...command) => await admin.call(command[0], ...command.slice(1))
+    })
+  })
+
+  t.test('blocks through an outage, on a Valkey cluster', async t => {
+    const admin = cluster.client()
+    blockBehaviour(t, {
+      client: t => {
+        const client = cluster.client({ enableAutoPipelining: true })
+        t.teardown(() => client.quit())
+        return client
+      },
+      cli: ['--cluster', '--redis', `redis://127.0.0.1:${cluster.masters[0].port}`],
+      pause: async () => {
+        for (const master of cluster.masters) master.pause()
+        return () => { for (const master of cluster.masters) master.resume() }
+      },
+      call: async (...command) => await admin.call(command[0], ...command.slice(1))
+    })
   })
 }
