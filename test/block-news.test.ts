@@ -140,10 +140,14 @@ t.test('the blocks in force are read when the replica starts and every second, b
   await settle()
   t.equal(client.reads.length, 1, 'and once at start')
   client.subscribers[0].emit('message', 'ep:blocks', 'reset /token:reset-meanwhile')
-  client.reads[0].resolve(['/token:victim', '59000', '/token:reset-meanwhile', '59000'])
+  client.subscribers[0].emit('message', 'ep:blocks', 'block 60000 /token:heard')
+  client.subscribers[0].emit('message', 'ep:blocks', 'block 60000 /token:extended')
+  client.reads[0].resolve(['/token:victim', '59000', '/token:reset-meanwhile', '59000', '/token:heard', '59500', '/token:extended', '3600000'])
   await settle()
-  t.equal(blockedMs(local, 'victim'), 59_000)
-  t.equal(blockedMs(local, 'reset-meanwhile'), 0, 'the read was older than the reset')
+  t.equal(blockedMs(local, 'victim'), 59_000, 'a block it missed')
+  t.equal(blockedMs(local, 'reset-meanwhile'), 0, 'not a block reset while the read was on its way')
+  t.equal(blockedMs(local, 'heard'), 60_000, 'a block it heard of stays as it heard it')
+  t.equal(blockedMs(local, 'extended'), 3_600_000, 'unless the block was set again, longer')
 })
 
 t.test('the connection it hears on lives with the client: closed at its end, opened again when it is ready again', async t => {

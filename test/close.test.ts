@@ -2,6 +2,7 @@ import t from 'tap'
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
+import { installedOrSkip, startCluster } from './helpers/cluster.js'
 import { redisOrSkip } from './helpers/redis.js'
 import type { TapTest } from './shared-behaviour.js'
 
@@ -16,8 +17,8 @@ const BOUND_MS = 20000
 /** How long the child may take from its report to its exit: Node exits at once when nothing is left open. */
 const EXIT_MS = 5000
 
-async function runToExit (t: TapTest, store: 'memory' | 'redis'): Promise<void> {
-  const child = spawn(process.execPath, [FIXTURE, store], { stdio: ['ignore', 'pipe', 'pipe'] })
+async function runToExit (t: TapTest, ...store: ['memory'] | ['redis'] | ['cluster', string]): Promise<void> {
+  const child = spawn(process.execPath, [FIXTURE, ...store], { stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''
   let closedAt = Number.NaN
@@ -44,5 +45,12 @@ const client = await redisOrSkip()
 if (client !== null) {
   t.test('with a RedisStore, the process exits by itself once the app and its client are closed', async t => {
     await runToExit(t, 'redis')
+  })
+}
+
+if (installedOrSkip('redis-server', 'the close test on a cluster starts one of its own')) {
+  t.test('with a RedisStore on a Cluster client, the process exits by itself once the app and its client are closed', async t => {
+    const cluster = await startCluster(t, 'redis-server')
+    await runToExit(t, 'cluster', String(cluster.masters[0].port))
   })
 }

@@ -263,8 +263,13 @@ export class BlockNews {
       if (denied.length > 0) this.#denied(`the commands ${denied.join(', ')}`)
     }
     const found = await this.#commands.exchangepaceBlocks(this.#index)
+    const now = defaultClock()
     for (let i = 0; i < found.length; i += 2) {
-      if (!this.#resetWhileReading.has(found[i])) this.block(found[i], Number(found[i + 1]))
+      const member = found[i]
+      const ms = Number(found[i + 1])
+      // A block heard of already ends where the index says, give or take the time the answers took:
+      // only a block this replica missed, or missed the extension of, is written again.
+      if (!this.#resetWhileReading.has(member) && now + ms > (this.#ends.get(member) ?? -Infinity) + READ_EVERY_MS) this.block(member, ms)
     }
   }
 
