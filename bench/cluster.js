@@ -219,13 +219,13 @@ async function liveNode (servers) {
 }
 
 /**
- * `clientClass`: the ioredis `Cluster` constructor the clients are made with (this package's
+ * `ClientClass` (of `client`): the ioredis `Cluster` constructor the clients are made with (this package's
  * ioredis, or another major's, as the tests and the bench run both).
  */
 function clusterOf (masters, replicas, stop, addMaster, all) {
   const clients = []
-  const client = (options = {}, clientClass = Cluster) => {
-    const cluster = new clientClass(masters.map(({ port }) => ({ host: '127.0.0.1', port })), options)
+  const client = (options = {}, ClientClass = Cluster) => {
+    const cluster = new ClientClass(masters.map(({ port }) => ({ host: '127.0.0.1', port })), options)
     clients.push(cluster)
     return cluster
   }

@@ -40,15 +40,18 @@ function tally (answers) {
 /**
  * Each client's units: [replica 0's, replica 1's] kept in the replica's memory (granted there and
  * not refunded, at the memory's own time: every admitted request holds one), and both replicas'
- * admissions by when the handler ran (Redis granted up to a round trip before, or the unit came
- * from memory).
+ * admissions, each at the time Redis granted it (Redis's clock, which no stall of this process
+ * delays) or, for one this replica's memory decided alone, the memory's time.
  */
 function admissions (run) {
   const byId = new Map(run.ids.map(id => [id, [[], [], []]]))
   for (const [replica, units] of run.kept.entries()) {
-    for (const { key, at, refunded } of units) if (!refunded && byId.has(key)) byId.get(key)[replica].push(at)
+    for (const { key, at, redisAt, refunded } of units) {
+      if (refunded || !byId.has(key)) continue
+      byId.get(key)[replica].push(at)
+      byId.get(key)[2].push(redisAt ?? at)
+    }
   }
-  for (const { who, id, at, status } of run.answers) if (who === 'client' && status === 200) byId.get(id)[2].push(at)
   for (const lists of byId.values()) for (const list of lists) list.sort((a, b) => a - b)
   return byId
 }
@@ -111,9 +114,14 @@ function pacedSpans (run) {
         since = null
       }
     }
-    if (since !== null) spans.push([since, run.stoppedAt])
+    if (since !== null) spans.push([since, run.stoppedAt, 'unended'])
   }
   spans.sort((a, b) => a[0] - b[0])
+  return spans
+}
+
+/** `spans` merged where they overlap, in order. */
+function merge (spans) {
   const merged = []
   for (const span of spans) {
     const last = merged[merged.length - 1]
@@ -181,7 +189,8 @@ export function failoverFigures (run, rate) {
   const worstAfter = ids => Math.max(0, ...ids.map(id => excess(byId.get(id)[2].filter(at => at >= settled), rate)))
   // The same, in the parts of that time in which no replica said it paced those keys in memory
   // (an outage a stall of this machine may begin, after a switch too): the logs said shared there.
-  const shared = outside(pacedSpans(run), settled, run.stoppedAt)
+  const spans = pacedSpans(run)
+  const shared = outside(merge(spans), settled, run.stoppedAt)
   const worstShared = ids => Math.max(0, ...ids.flatMap(id => shared.map(([from, to]) => excess(byId.get(id)[2].filter(at => at >= from && at < to), rate))))
   return {
     how: run.how,
@@ -205,6 +214,9 @@ export function failoverFigures (run, rate) {
     settledSeconds: Math.round((run.stoppedAt - settled) / 100) / 10,
     excessSharedAfterFailing: failing.length === 0 ? null : worstShared(failing),
     // Of the settled time, how long a replica said it paced the failed master's keys in memory.
+    // Outages of those keys begun before then and never said to end: a switch the store never
+    // recovered from (one begun later, by a stall, may still be on when the run stops).
+    unendedFromSwitch: spans.filter(([from, , unended]) => unended === 'unended' && from < settled).length,
     pacedAfterSeconds: Math.round((run.stoppedAt - settled - shared.reduce((sum, [from, to]) => sum + to - from, 0)) / 100) / 10,
     boundFailing: boundFailing(rate, 2, Math.max(...outageFigures.perReplica.map(outage => outage.lasted))),
     // What a client got over the whole run, against rate x (1 + seconds) shared.

@@ -58,11 +58,43 @@ function recording (store, kept) {
       }
     }
   })
+  // The shared pace of the client pace: each unit Redis granted gets the time Redis ran the
+  // reserve (its clock, which no stall of this process delays), read from the grant.
+  const recordedShared = (shared, limit) => ({
+    get unanswered () { return shared.unanswered },
+    reserve (key) {
+      const before = kept.length
+      return shared.reserve(key).then(reservation => {
+        const unit = kept[before]
+        if (reservation.granted && 'run' in reservation && unit !== undefined && unit.key === key) unit.redisAt = redisTime(reservation.at, limit)
+        return reservation
+      })
+    }
+  })
   return {
     scope: store.scope,
     outage: store.outage,
-    pace: (name, rate, local, log) => store.pace(name, rate, name === CLIENT_PACE ? recordedPace(local) : local, log)
+    pace: (name, rate, local, log) => name === CLIENT_PACE
+      ? recordedShared(store.pace(name, rate, recordedPace(local), log), rate.limit)
+      : store.pace(name, rate, local, log)
   }
+}
+
+/** 2^32: the reserve script reads Redis's clock in microseconds modulo this (a one-second pace). */
+const CYCLE_US = 2 ** 32
+
+/**
+ * When Redis ran a reserve that granted at `at` (the script's microticks: microseconds of Redis's
+ * clock modulo 2^32, times `limit`), on this process's performance.now() timeline, read just after
+ * the answer came: Redis's clock is this machine's wall clock.
+ */
+function redisTime (at, limit) {
+  const now = performance.now()
+  const wallUs = ((performance.timeOrigin + now) * 1000) % CYCLE_US
+  let behindUs = (wallUs - at / limit) % CYCLE_US
+  if (behindUs < 0) behindUs += CYCLE_US
+  if (behindUs > CYCLE_US / 2) behindUs -= CYCLE_US
+  return now - behindUs / 1000
 }
 
 /**
