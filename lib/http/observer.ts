@@ -60,7 +60,12 @@ export class PaceCounts {
    * those granted unpaced): for these the rate held per replica, not in total. 0 without a store.
    */
   grantedWithoutStore = 0
-  /** Of `refused`, the requests refused without the shared store's answer (in memory, or by `whenUnavailable: 'closed'`). 0 without a store. */
+  /**
+   * Of `refused`, the requests refused without the shared store's answer (in memory, or by
+   * `whenUnavailable: 'closed'`). Not counted: a refusal this replica's memory makes whatever the
+   * store says (a key past this replica's own share, whose unit is back within a second). 0
+   * without a store.
+   */
   refusedWithoutStore = 0
 }
 
