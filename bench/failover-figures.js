@@ -41,15 +41,15 @@ function tally (answers) {
  * Each client's units: [replica 0's, replica 1's] kept in the replica's memory (granted there and
  * not refunded, at the memory's own time: every admitted request holds one), and both replicas'
  * admissions, each at the time Redis granted it (Redis's clock, which no stall of this process
- * delays) or, for one this replica's memory decided alone, the memory's time.
+ * delays) or, for one the store decided without Redis, when it decided.
  */
 function admissions (run) {
   const byId = new Map(run.ids.map(id => [id, [[], [], []]]))
   for (const [replica, units] of run.kept.entries()) {
-    for (const { key, at, redisAt, refunded } of units) {
+    for (const { key, at, redisAt, decidedAt, refunded } of units) {
       if (refunded || !byId.has(key)) continue
       byId.get(key)[replica].push(at)
-      byId.get(key)[2].push(redisAt ?? at)
+      byId.get(key)[2].push(redisAt ?? decidedAt ?? at)
     }
   }
   for (const lists of byId.values()) for (const list of lists) list.sort((a, b) => a - b)
@@ -194,6 +194,7 @@ export function failoverFigures (run, rate) {
   const worstShared = ids => Math.max(0, ...ids.flatMap(id => shared.map(([from, to]) => excess(byId.get(id)[2].filter(at => at >= from && at < to), rate))))
   return {
     how: run.how,
+    label: run.label ?? null,
     target: run.target,
     seconds: Math.round(seconds * 10) / 10,
     promotionAfterTrigger: Math.round((run.promotedAt - run.triggeredAt) / 10) / 100,

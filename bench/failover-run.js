@@ -59,14 +59,18 @@ function recording (store, kept) {
     }
   })
   // The shared pace of the client pace: each unit Redis granted gets the time Redis ran the
-  // reserve (its clock, which no stall of this process delays), read from the grant.
+  // reserve (its clock, which no stall of this process delays), read from the grant; each the
+  // store decided without Redis, the time it decided (a timeout's end, not the request's start).
   const recordedShared = (shared, limit) => ({
     get unanswered () { return shared.unanswered },
     reserve (key) {
       const before = kept.length
       return shared.reserve(key).then(reservation => {
         const unit = kept[before]
-        if (reservation.granted && 'run' in reservation && unit !== undefined && unit.key === key) unit.redisAt = redisTime(reservation.at, limit)
+        if (reservation.granted && unit !== undefined && unit.key === key) {
+          if ('run' in reservation) unit.redisAt = redisTime(reservation.at, limit)
+          else unit.decidedAt = performance.now()
+        }
         return reservation
       })
     }

@@ -35,6 +35,26 @@ function perSecondTable (run) {
   return mdTable([run.how === 'restart' ? 'second (0: the kill)' : 'second (0: the switch)', ...seconds.map(String)], rows)
 }
 
+const SHAPE_SWITCHES = { failover: 'CLUSTER FAILOVER', rebalance: 'rebalance onto a new master', kill: 'SIGKILL of a master' }
+
+/** Issue 37's shape: every variant through each switch, and the per-second admissions of the majors with their defaults. */
+function shapeSection (failover) {
+  const s = failover.shape
+  const out = ["### Through a Cluster's switches, on each ioredis major (issue 37's shape)", '']
+  out.push(`A cluster of three masters with a replica each (\`cluster-node-timeout\` ${s.nodeTimeoutMs}, \`cluster-require-full-coverage no\`), two app replicas each with an ioredis \`Cluster\` client (\`enableAutoPipelining: true\`, otherwise its defaults) and \`RedisStore({ timeoutMs: ${s.timeoutMs} })\`, one route \`{ perSecond: ${s.rate}, key: 'client', spend: 'accepted' }\`, ${s.clients} clients each sending ${s.sendPerSecond} a second in lockstep through both replicas (each auto-pipelined batch carries several slots). ${s.beforeMs / 1000} s after the traffic starts: a \`CLUSTER FAILOVER\` on a master's replica; then a new empty master added and \`redis-cli --cluster rebalance --cluster-use-empty-masters\` run; then a SIGKILL of another master; each watched ${s.afterMs / 1000} s after the promotion (the rebalance's end). Two variants meet each switch at once, each with its own two app replicas and clients. "Moved clients" are those whose slot the switch moved. Excess (as above, over both replicas, each admission at the time Redis granted it, or the memory's time for one decided without Redis) is counted from 1 s after the promotion to the end of the run; "paced in memory" is how much of that time a replica said it paced those keys in memory (an outage: a stall of this machine past timeoutMs begins one too); "decided without Redis" is \`fastify.pace.counts\`'s \`grantedWithoutStore\`, per app replica, over the whole run.`, '')
+  out.push(mdTable(['variant', 'switch', 'promoted after', 'moved clients', 'excess from 1 s after (moved / others)', 'paced in memory after', 'decided without Redis (grants per replica)', 'shared again after promotion'],
+    failover.shaped.map(run => [run.label, SHAPE_SWITCHES[run.how], `${run.promotionAfterTrigger} s`, String(run.clients.failing),
+      `${run.excessSettledFailing} / ${run.excessSettledHealthy}`, `${run.pacedAfterSeconds} s`, run.unanswered.map(counts => String(counts.granted)).join(' / '),
+      run.outages.perReplica.map(outage => outage.warnings === 0 ? 'no outage' : seconds(outage.sharedAgainAfterPromotion)).join(' / ')])), '')
+  for (const run of failover.shaped.filter(run => run.label === 'ioredis 5' || run.label === 'ioredis 6')) {
+    const { failing, healthy } = run.mostPerSecond
+    const cells = counts => counts.map(([, n]) => String(n))
+    out.push(`Most admitted in a second by one client, both replicas, ${run.label}, ${SHAPE_SWITCHES[run.how]}:`, '',
+      mdTable(['second (0: the switch)', ...failing.map(([k]) => String(k))], [['moved clients', ...cells(failing)], ['other clients', ...cells(healthy)]]), '')
+  }
+  return out.join('\n')
+}
+
 export function failoverSection (failover) {
   const out = ['## 9. Failover', '']
   if (failover.skipped) {
@@ -53,5 +73,6 @@ export function failoverSection (failover) {
     const others = run.outages.otherMasters
     if (others.length > 0) out.push(`Warnings about other masters: ${others.map(other => `${other.master} on replica ${other.replica + 1}, ${other.afterTrigger} s after the switch (${other.error})`).join('; ')}. The process's event loop ran up to ${run.loopDelayMs.max} ms late (99th percentile ${run.loopDelayMs.p99} ms).`, '')
   }
+  if (failover.shaped !== undefined && failover.shaped.length > 0) out.push(shapeSection(failover))
   return out.join('\n')
 }
