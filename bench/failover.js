@@ -134,7 +134,7 @@ if (redisServerVersion() === null) {
   runs.push({ fullCoverage: null, ...failoverFigures(await runRestart(lib, settings.traffic), settings.traffic.rate) })
   runs.push(...await sentinelRuns())
   const shaped = await shapeRuns()
-  for (const figures of shaped) log(`  ${figures.label}, ${figures.how}: moved clients' excess from 1 s after the switch ${figures.excessSettledFailing} (${figures.pacedAfterSeconds} s of it said paced in memory), decided without Redis ${JSON.stringify(figures.unanswered)}`)
+  for (const figures of shaped) log(`  ${figures.label}, ${figures.how}: moved clients' excess from 1 s after the switch ${figures.excessSharedAfterFailing} where said shared, ${figures.excessSettledFailing} in all (${figures.pacedAfterSeconds} s of it said paced in memory), decided without Redis ${JSON.stringify(figures.unanswered)}, event loop late up to ${figures.loopDelayMs.max} ms`)
   log(table(['switch', 'failed', 'excess/replica', 'excess healthy', 'excess failed', 'promoted (s)', 'shared again (s)', 'other outages', 'guesses (switch)', 'no expiry'], runs.map(row)))
   const file = writeResult(options, 'failover', {
     description: 'a RedisStore through a Cluster failover and a restart of a single Redis, under two app replicas\' traffic',
