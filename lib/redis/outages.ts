@@ -49,8 +49,6 @@ const STRAY_WARN_MS = 60_000
 interface Outage {
   /** Its number among the store's outages: an answer to a request sent before it began ends nothing. */
   readonly number: number
-  /** The slot of the key whose failure began it: what the retries ask. */
-  readonly slot: number
   /**
    * The slots the master served when it began (1 for each), on a Cluster whose map named it; null
    * for a client with one server, or a map that named no master: every key is its key.
@@ -135,8 +133,7 @@ export class Outages {
       this.#strayed(err, log)
       return
     }
-    const slot = this.#slotOf(key)
-    const master = this.#masterOf(slot)
+    const master = this.#masterOf(this.#slotOf(key))
     const now = performance.now()
     const outage = this.#byMaster.get(master)
     if (outage !== undefined) {
@@ -144,7 +141,7 @@ export class Outages {
       outage.alone++
       return
     }
-    this.#byMaster.set(master, { number: ++this.#begun, slot, owned: this.#ownedBy(master), began: now, triedAt: now, alone: 1, log })
+    this.#byMaster.set(master, { number: ++this.#begun, owned: this.#ownedBy(master), began: now, triedAt: now, alone: 1, log })
     this.#down++
     const mode = this.#mode
     const cluster = master !== ''
