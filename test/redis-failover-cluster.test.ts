@@ -15,6 +15,10 @@ const MAJORS: Major[] = [
   { label: '6', Cluster: Cluster6 as unknown as Major['Cluster'] }
 ]
 
+// About 60 s on a quiet machine (three switches of 14 to 28 s each, one after the other); a loaded
+// one stretches the switches (a rebalance, an election) well past tap's 120 s per file.
+t.setTimeout(300_000)
+
 if (installedOrSkip('redis-server', 'the failover tests start a cluster with replicas of their own')) {
   const cluster = await startReplicatedCluster({ nodeTimeoutMs: 2000, fullCoverage: false }) as ReplicatedCluster
   t.teardown(cluster.stop)
