@@ -202,6 +202,8 @@ export function failoverFigures (run, rate) {
     failed: run.answers.filter(a => a.status === 'error' || a.status >= 500).length,
     clientErrors: run.clientErrors.length,
     loopDelayMs: run.answers.loopDelayMs,
+    // Client requests not sent because that client had a second's worth unanswered (an overloaded machine).
+    skipped: run.answers.skipped,
     clients: { healthy: healthy.length, failing: failing.length },
     // The bucket's bound, rate x (1 + w) in every window of w seconds: per replica at every moment,
     // and over both replicas for the keys whose master stayed up (0 or less: held).

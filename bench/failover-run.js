@@ -175,7 +175,19 @@ async function traffic (apps, ids, guessed, settings, stop) {
       answers.push({ who, id, replica, sent, at: performance.now(), status: 'error', error: err.message })
     }
   }
-  const client = (id, i) => post('client', id, SECRET, `10.0.${i >> 8}.${i & 255}`)
+  // A client with a second's worth of requests unanswered sends no more until some are: a machine
+  // too loaded to keep up sends less, rather than piling up requests to drain after the run.
+  const waiting = new Map(ids.map(id => [id, 0]))
+  const client = async (id, i) => {
+    if (waiting.get(id) >= settings.sendPerSecond) {
+      answers.skipped++
+      return
+    }
+    waiting.set(id, waiting.get(id) + 1)
+    await post('client', id, SECRET, `10.0.${i >> 8}.${i & 255}`)
+    waiting.set(id, waiting.get(id) - 1)
+  }
+  answers.skipped = 0
   // In lockstep, every client sends in the same turn of the loop, so that each auto-pipelined
   // batch carries several clients' keys (of several slots); otherwise each at its own moments.
   const loops = settings.lockstep === true

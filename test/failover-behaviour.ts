@@ -165,7 +165,7 @@ type Figures = ReturnType<typeof failoverFigures>
 
 function show (t: TapTest, figures: Figures): void {
   const row = (counts: Array<[number, number]> | null): string => counts === null ? '-' : counts.map(([k, n]) => `${k}:${n}`).join(' ')
-  t.comment(`${figures.how}: promoted ${figures.promotionAfterTrigger} s after the trigger; ${figures.clients.failing} clients moved; decided without Redis per replica ${JSON.stringify(figures.unanswered)}; event loop p99 ${figures.loopDelayMs.p99} ms, max ${figures.loopDelayMs.max} ms`)
+  t.comment(`${figures.how}: promoted ${figures.promotionAfterTrigger} s after the trigger; ${figures.clients.failing} clients moved; decided without Redis per replica ${JSON.stringify(figures.unanswered)}; event loop p99 ${figures.loopDelayMs.p99} ms, max ${figures.loopDelayMs.max} ms; ${figures.skipped} requests not sent, their client waiting on a second's worth`)
   t.comment(`most admitted per second, moved clients: ${row(figures.mostPerSecond.failing)}`)
   t.comment(`most admitted per second, other clients: ${row(figures.mostPerSecond.healthy)}`)
 }
