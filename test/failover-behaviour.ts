@@ -197,13 +197,19 @@ export function failoverScenarios (t: TapTest, cluster: ReplicatedCluster, major
         t.ok(figures.clients.failing > 0, `${run.label}: ${figures.clients.failing} clients' slots moved`)
         t.ok(figures.settledSeconds >= 10, `${run.label}: ${figures.settledSeconds} s watched after the switch settled`)
         // A stall of this machine past timeoutMs begins an outage, said as such, after a switch
-        // too: in it each replica paces in memory, as designed (bench part 9 reports those).
-        t.ok(figures.excessSharedAfterFailing! <= 1, `${run.label}: the moved clients stay within their shared bucket from 1 s after the switch whenever the logs say it is shared (excess ${figures.excessSharedAfterFailing}; over all that time ${figures.excessSettledFailing}, ${figures.pacedAfterSeconds} s of it said paced in memory)`)
-        // Shared again, and said so: unless this machine stalled the process past a second (each
-        // stall past timeoutMs is an outage of its own, retried after retryMs), for most of it.
+        // too: in it each replica paces in memory, as designed (bench part 9 reports those). While
+        // the process mostly keeps within timeoutMs (its event loop's 99th percentile below it),
+        // the moved clients must stay within their shared bucket wherever the logs call it
+        // shared, and the logs must call it shared for most of the time; on a machine loaded
+        // past that, every second has such outages, and what must hold is the design's bound.
         const sharedSeconds = Math.round((figures.settledSeconds - figures.pacedAfterSeconds) * 10) / 10
-        if (figures.loopDelayMs.max < 1000) t.ok(sharedSeconds >= 5, `${run.label}: the logs said shared for ${sharedSeconds} s of it`)
-        else t.comment(`the event loop stalled ${figures.loopDelayMs.max} ms: shared for ${sharedSeconds} s of it, not checked`)
+        if (figures.loopDelayMs.p99 < SHAPE.timeoutMs) {
+          t.ok(figures.excessSharedAfterFailing! <= 1, `${run.label}: the moved clients stay within their shared bucket from 1 s after the switch whenever the logs say it is shared (excess ${figures.excessSharedAfterFailing}; over all that time ${figures.excessSettledFailing}, ${figures.pacedAfterSeconds} s of it said paced in memory)`)
+          t.ok(sharedSeconds >= 5, `${run.label}: the logs said shared for ${sharedSeconds} s of it`)
+        } else {
+          t.comment(`the event loop ran ${figures.loopDelayMs.p99} ms late at the 99th percentile, past timeoutMs: excess where said shared ${figures.excessSharedAfterFailing}, shared for ${sharedSeconds} s, not checked`)
+          t.ok(figures.excessSharedFailing! <= figures.boundFailing + 1, `${run.label}: the moved clients stay within the design's bound (${figures.excessSharedFailing} beyond the shared bucket, at most ${figures.boundFailing})`)
+        }
         t.equal(figures.keysLeft.withoutExpiry, 0, `${run.label}: no key without an expiry`)
         t.equal(figures.unendedFromSwitch, 0, `${run.label}: every outage of those keys begun by the switch was said to end (shared again ${figures.outages.perReplica.map((outage: { sharedAgainAfterPromotion: number | null }) => outage.sharedAgainAfterPromotion).join(' / ')} s after the promotion)`)
         if (how === 'kill') {
