@@ -41,15 +41,15 @@ function tally (answers) {
  * Each client's units: [replica 0's, replica 1's] kept in the replica's memory (granted there and
  * not refunded, at the memory's own time: every admitted request holds one), and both replicas'
  * admissions, each at the time Redis granted it (Redis's clock, which no stall of this process
- * delays) or, for one the store decided without Redis, when it decided.
+ * delays) or, for one the store decided without Redis, when its request reached the store.
  */
 function admissions (run) {
   const byId = new Map(run.ids.map(id => [id, [[], [], []]]))
   for (const [replica, units] of run.kept.entries()) {
-    for (const { key, at, redisAt, decidedAt, refunded } of units) {
+    for (const { key, at, redisAt, refunded } of units) {
       if (refunded || !byId.has(key)) continue
       byId.get(key)[replica].push(at)
-      byId.get(key)[2].push(redisAt ?? decidedAt ?? at)
+      byId.get(key)[2].push(redisAt ?? at)
     }
   }
   for (const lists of byId.values()) for (const list of lists) list.sort((a, b) => a - b)
@@ -98,9 +98,10 @@ function outages (run) {
 }
 
 /**
- * The spans (ms, merged, in order) in which either replica said it paced the failed master's keys
- * (or those of the master its slots moved to) in memory: from each warning to the end line that
- * follows it on that replica, or to the end of the run.
+ * The spans (ms, in order) in which either replica said it paced the failed master's keys (or
+ * those of the master its slots moved to) in memory: from `timeoutMs` before each warning (a
+ * request that timed out reached the store up to that long before its outage began) to the end
+ * line that follows it on that replica, or to the end of the run.
  */
 function pacedSpans (run) {
   const about = line => run.target === null || line.master === run.target || line.master === run.successor
@@ -108,7 +109,7 @@ function pacedSpans (run) {
   for (const replica of [0, 1]) {
     let since = null
     for (const line of run.outageLines.filter(line => line.replica === replica && about(line))) {
-      if (line.level === 40 && since === null) since = line.at
+      if (line.level === 40 && since === null) since = line.at - (run.timeoutMs ?? 0)
       else if (line.level === 30 && since !== null) {
         spans.push([since, line.at])
         since = null

@@ -59,18 +59,14 @@ function recording (store, kept) {
     }
   })
   // The shared pace of the client pace: each unit Redis granted gets the time Redis ran the
-  // reserve (its clock, which no stall of this process delays), read from the grant; each the
-  // store decided without Redis, the time it decided (a timeout's end, not the request's start).
+  // reserve (its clock, which no stall of this process delays), read from the grant.
   const recordedShared = (shared, limit) => ({
     get unanswered () { return shared.unanswered },
     reserve (key) {
       const before = kept.length
       return shared.reserve(key).then(reservation => {
         const unit = kept[before]
-        if (reservation.granted && unit !== undefined && unit.key === key) {
-          if ('run' in reservation) unit.redisAt = redisTime(reservation.at, limit)
-          else unit.decidedAt = performance.now()
-        }
+        if (reservation.granted && 'run' in reservation && unit !== undefined && unit.key === key) unit.redisAt = redisTime(reservation.at, limit)
         return reservation
       })
     }
@@ -320,7 +316,7 @@ async function drive (lib, makeClient, scenario, settings) {
       const { grantedWithoutStore, refusedWithoutStore } = app.pace.counts(CLIENT_PACE)
       return { granted: grantedWithoutStore, refused: refusedWithoutStore }
     })
-    return { started, triggeredAt, promotedAt, stoppedAt, answers, kept, ids, guessed, outageLines, clientErrors: errors, left, unanswered }
+    return { started, triggeredAt, promotedAt, stoppedAt, answers, kept, ids, guessed, outageLines, clientErrors: errors, left, unanswered, timeoutMs: settings.timeoutMs }
   } finally {
     await Promise.all(apps.map(app => app.close()))
     for (const client of clients) client.disconnect()

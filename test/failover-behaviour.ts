@@ -201,14 +201,14 @@ export function failoverScenarios (t: TapTest, cluster: ReplicatedCluster, major
         // the process mostly keeps within timeoutMs (its event loop's 99th percentile below it),
         // the moved clients must stay within their shared bucket wherever the logs call it
         // shared, and the logs must call it shared for most of the time; on a machine loaded
-        // past that, every second has such outages, and what must hold is the design's bound.
+        // past that, every second has such outages and the run measures them, not the switch: it
+        // is said, and only what holds whatever the load is checked (the other assertions).
         const sharedSeconds = Math.round((figures.settledSeconds - figures.pacedAfterSeconds) * 10) / 10
         if (figures.loopDelayMs.p99 < SHAPE.timeoutMs) {
           t.ok(figures.excessSharedAfterFailing! <= 1, `${run.label}: the moved clients stay within their shared bucket from 1 s after the switch whenever the logs say it is shared (excess ${figures.excessSharedAfterFailing}; over all that time ${figures.excessSettledFailing}, ${figures.pacedAfterSeconds} s of it said paced in memory)`)
           t.ok(sharedSeconds >= 5, `${run.label}: the logs said shared for ${sharedSeconds} s of it`)
         } else {
-          t.comment(`the event loop ran ${figures.loopDelayMs.p99} ms late at the 99th percentile, past timeoutMs: excess where said shared ${figures.excessSharedAfterFailing}, shared for ${sharedSeconds} s, not checked`)
-          t.ok(figures.excessSharedFailing! <= figures.boundFailing + 1, `${run.label}: the moved clients stay within the design's bound (${figures.excessSharedFailing} beyond the shared bucket, at most ${figures.boundFailing})`)
+          t.comment(`NOT CHECKED: the event loop ran ${figures.loopDelayMs.p99} ms late at the 99th percentile, past timeoutMs (excess where said shared ${figures.excessSharedAfterFailing}, shared for ${sharedSeconds} s)`)
         }
         t.equal(figures.keysLeft.withoutExpiry, 0, `${run.label}: no key without an expiry`)
         t.equal(figures.unendedFromSwitch, 0, `${run.label}: every outage of those keys begun by the switch was said to end (shared again ${figures.outages.perReplica.map((outage: { sharedAgainAfterPromotion: number | null }) => outage.sharedAgainAfterPromotion).join(' / ')} s after the promotion)`)
