@@ -8,7 +8,8 @@ import { KeyReaders } from './request-keys.js'
 import { decorateTickets, markPaced } from './request-ticket.js'
 import { RequestPaces, reserveAll, type ReserveStep } from './reserve-hook.js'
 import { describeRoute } from './route-description.js'
-import { paceRules, type PaceRouteOptions } from './route-config.js'
+import type { PaceConfig } from './pace-config.js'
+import { paceRules } from './route-config.js'
 import { beforeSend, settleOnError } from './settle-hooks.js'
 import type { PaceTicket } from './ticket.js'
 import { warnOfTrustProxy } from './trust-proxy.js'
@@ -29,8 +30,8 @@ declare module 'fastify' {
     readonly pace: PaceTicket
   }
   interface FastifyContextConfig {
-    /** Paces this route spends from (exchangepace). */
-    pace?: PaceRouteOptions | readonly PaceRouteOptions[] | undefined
+    /** Paces this route spends from (exchangepace): one, or an array (see `PaceConfig`). */
+    pace?: PaceConfig<this> | undefined
   }
 }
 

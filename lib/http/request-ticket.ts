@@ -1,4 +1,4 @@
-import type { FastifyContextConfig, FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { Holding } from './bound-pace.js'
 import { PaceTicket } from './ticket.js'
 
@@ -47,10 +47,11 @@ function firstTicket (request: SlottedRequest, paced: PacedTicket): PaceTicket {
   return ticket
 }
 
-type MarkedConfig = FastifyContextConfig & { [kPaced]?: true }
+/** A route's config seen for the mark alone. */
+interface MarkedConfig { readonly [kPaced]?: true }
 
-/** The config a paced route is added with: `config` and the mark that the plugin paces it. */
-export function markPaced (config: FastifyContextConfig | undefined): FastifyContextConfig {
-  const marked: MarkedConfig = { ...config, [kPaced]: true }
-  return marked
+/** The config a paced route is added with: `config` and the mark that the plugin paces it (a copy: the app's object is not changed). */
+export function markPaced<Config extends object> (config: Config | undefined): Config {
+  const marked: MarkedConfig = { [kPaced]: true }
+  return Object.assign(marked, config) as Config
 }

@@ -242,7 +242,7 @@ export class RequestPaces extends PaceTicket<Holding> {
 
   /** `lane` of `bound`'s pace refused `key`: what the hook took goes back, and the request is answered 429 (or the pace's refusal). */
   #refuse (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): void {
-    this.refused = true
+    this._refused = true
     this.#giveBack()
     this.#observer.refused(this.#request, bound, key, reservation.retryAfterMs)
     const rule = lane === bound.lane ? bound.rule : { name: bound.name, refusal: bound.rule.refusal, ...lane }

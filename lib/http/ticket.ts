@@ -51,8 +51,8 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   readonly paced: boolean
   readonly #listener: RefundListener<Held> | null
   readonly #request: unknown
-  /** Set when a pace refused the request: the handler did not run. */
-  refused = false
+  /** @internal Set by the plugin when a pace refuses the request. */
+  _refused = false
   #outcome: PaceOutcome = 'accepted'
   #settled = false
   /** The exchanges' units were refunded (the outcome was `'rejected'` at or after settlement). */
@@ -73,6 +73,11 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** The units this request holds, in the order of its route's paces. */
   get held (): readonly Held[] {
     return this._held
+  }
+
+  /** Whether a pace refused the request: the handler did not run. */
+  get refused (): boolean {
+    return this._refused
   }
 
   /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
