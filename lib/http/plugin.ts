@@ -11,6 +11,7 @@ import { describeRoute } from './route-description.js'
 import type { PaceConfig } from './pace-config.js'
 import { paceRules } from './route-config.js'
 import { beforeSend, settleOnError } from './settle-hooks.js'
+import { guardUnseenRoutes } from './unseen-routes.js'
 import type { PaceTicket } from './ticket.js'
 import { warnOfTrustProxy } from './trust-proxy.js'
 
@@ -38,7 +39,8 @@ declare module 'fastify' {
 /**
  * Registers the plugin: checks its options, decorates `fastify.pace` and `request.pace`, and adds
  * the hooks to each route that declares `config.pace` as the route is added. Routes without a pace
- * get no hook, and pay nothing unless they read `request.pace` (see request-ticket.ts).
+ * get no hook, and pay nothing unless they read `request.pace` (see request-ticket.ts); a route
+ * that declares one but was added before the plugin loaded is refused (see unseen-routes.ts).
  */
 function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOptions, done: (err?: Error) => void): void {
   let checked: ReturnType<typeof checkOptions>
@@ -55,6 +57,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   let pacedBySource = false
   fastify.decorate('pace', registry)
   decorateTickets(fastify, request => new RequestPaces(observer, request))
+  guardUnseenRoutes(fastify)
 
   fastify.addHook('onRoute', function paceRoute (this: FastifyInstance, routeOptions: RouteOptions) {
     const config = routeOptions.config?.pace

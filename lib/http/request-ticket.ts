@@ -42,13 +42,18 @@ export function decorateTickets (fastify: FastifyInstance, paced: PacedTicket): 
  * hook's (holding nothing yet); on any other, an inert one.
  */
 function firstTicket (request: SlottedRequest, paced: PacedTicket): PaceTicket {
-  const ticket = (request.routeOptions.config as MarkedConfig)[kPaced] === true ? paced(request) : new PaceTicket<Holding>(null, null, false)
+  const ticket = isPaced(request.routeOptions.config) ? paced(request) : new PaceTicket<Holding>(null, null, false)
   request[kTicket] = ticket
   return ticket
 }
 
 /** A route's config seen for the mark alone. */
 interface MarkedConfig { readonly [kPaced]?: true }
+
+/** Whether the plugin paces the route of `config` (`config.pace` alone is also on a route it never saw). */
+export function isPaced (config: object): boolean {
+  return (config as MarkedConfig)[kPaced] === true
+}
 
 /** The config a paced route is added with: `config` and the mark that the plugin paces it (a copy: the app's object is not changed). */
 export function markPaced<Config extends object> (config: Config | undefined): Config {
