@@ -16,9 +16,12 @@
 // - `reset`: every open connection is closed with a TCP RST on both sides, and every connection
 //   made while the fault is on is reset as soon as it is accepted.
 // - `half-open`: the bytes of one direction (or both) are dropped, on every connection open while
-//   the fault is on, for the rest of that connection's life: a byte stream that lost bytes cannot
-//   go on, so removing the fault heals only the connections made afterwards. No FIN, no RST: the
-//   other side learns nothing until it gives up on the connection itself.
+//   the fault is on: no FIN, no RST, the other side learns nothing (as when a host or a link dies
+//   without a word, a NAT forgets the connection, or a partition drops one way). A byte stream
+//   that lost bytes cannot go on, so removing the fault resets (RST) the connections that lost
+//   some, as a peer that is back answers a connection it no longer knows at the sender's next
+//   segment (TCP would send that segment after its retransmission backoff, up to minutes later:
+//   the proxy does it at once); connections made afterwards are sound.
 // - `slow-close`: when one side closes (FIN or RST), the other side learns of it `delayMs` later.
 
 import { fork } from 'node:child_process'
@@ -169,11 +172,17 @@ class Link {
     this.apply()
   }
 
-  /** Applies the faults on now: stalls and drops. */
+  /** Applies the faults on now: stalls and drops; a connection that lost bytes to a half-open fault now gone is reset. */
   apply () {
+    const on = this.proxy.faultsOn()
     for (const [direction, pipe] of Object.entries(this.pipes)) {
-      pipe.stalled = this.proxy.faultsOn().some(fault => fault.kind === 'stall' && covers(fault, direction))
-      if (this.proxy.faultsOn().some(fault => fault.kind === 'half-open' && covers(fault, direction))) pipe.drop()
+      const dropping = on.some(fault => fault.kind === 'half-open' && covers(fault, direction))
+      if (pipe.dropped && !dropping) {
+        this.reset()
+        return
+      }
+      pipe.stalled = on.some(fault => fault.kind === 'stall' && covers(fault, direction))
+      if (dropping) pipe.drop()
       pipe.flow()
     }
   }
