@@ -2,6 +2,7 @@ import t from 'tap'
 import ts from 'typescript'
 import ts5 from 'typescript5'
 import { checkBlocks, type DocBlock } from './helpers/doc-blocks.js'
+import { paceRules } from '../lib/http/route-config.js'
 
 /**
  * What the compiler tells a user who mistypes a single-object `config.pace` (lib/http/pace-config.ts):
@@ -17,7 +18,17 @@ await app.register(exchangePace)
 const handler = async () => 'ok'
 `
 
-const FIELDS = 'perSecond, limit, window, key, spend, name, rateOf, refusal, exceptGrantTypes'
+/** The fields of a pace, as the route's runtime check lists them: the compiler's message lists the same. */
+const FIELDS = /\(([^)]+)\)$/.exec(thrown(() => paceRules({ perSecond: 1, key: 'client', spend: 'every', nmae: 'x' }, 'POST /token', '/token')))![1]
+
+function thrown (fn: () => unknown): string {
+  try {
+    fn()
+  } catch (err) {
+    return (err as Error).message
+  }
+  throw new Error('did not throw')
+}
 const KEYS = "'client', 'source', \\['client', 'source'\\], 'device_code', 'bearer' or a function \\(request\\) => string \\| undefined"
 
 /** A route's pace as written, and what the message must say. */

@@ -13,17 +13,7 @@ import type { PaceRouteOptions } from './route-config.js'
  */
 
 /** Each field of a pace, as `PaceRouteOptions` types it (the two forms of its rate together). */
-export interface PaceFields {
-  perSecond: number | undefined
-  limit: number | undefined
-  window: number | undefined
-  key: PaceRouteOptions['key']
-  spend: PaceRouteOptions['spend']
-  name: PaceRouteOptions['name']
-  rateOf: PaceRouteOptions['rateOf']
-  refusal: PaceRouteOptions['refusal']
-  exceptGrantTypes: PaceRouteOptions['exceptGrantTypes']
-}
+export type PaceFields = { [Field in keyof PaceRouteOptions]-?: PaceRouteOptions[Field] }
 
 /** What each field takes, as a compiler's message says it. */
 interface PaceFieldHelp {

@@ -1,7 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import type { PaceRate } from '../bucket/pace.js'
 import type { RateOf } from '../operator/named-pace.js'
-import type { PaceFields } from './pace-config.js'
 import { refusalShaper, type PaceRefusalOption, type RefusalShaper } from './refusal-shape.js'
 import type { PaceSpend } from './ticket.js'
 
@@ -101,7 +100,7 @@ const MAX_WINDOW = 365 * 24 * 3600
 /** Structured-field strings (RFC 8941) allow printable ASCII only; the name goes into headers. */
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/
 
-const OPTIONS: ReadonlyArray<keyof PaceFields | (string & {})> = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf', 'refusal', 'exceptGrantTypes']
+const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf', 'refusal', 'exceptGrantTypes']
 
 /** Reports a bad option: the route, where the option sits, what was expected and what came; `prefix` starts every error of the route. */
 type Fail = ((option: string, expected: string, value: unknown) => never) & { prefix: string }
