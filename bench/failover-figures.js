@@ -40,21 +40,22 @@ function tally (answers) {
 /**
  * Each client's units: [replica 0's, replica 1's] kept in the replica's memory (granted there and
  * not refunded, at the memory's own time: every admitted request holds one), both replicas'
- * admissions by when the handler ran (Redis granted before, or the unit came from memory), and by
- * when the request was sent. A route's paces are asked at once, so a client whose master answers
- * has its unit granted within a round trip of sending; its handler runs once every pace of the
+ * admissions by when the handler ran (Redis granted before, or the unit came from memory), and
+ * both replicas' kept units together. The memory grants as the store sends the reservation to
+ * Redis (the fallback is always warm), and a route's paces are sent at once, so those times are
+ * when Redis was asked, a one-way trip before it decided; the handler runs once every pace of the
  * route has answered, up to `timeoutMs` later when another pace's key is on the failed master.
  */
 function admissions (run) {
   const byId = new Map(run.ids.map(id => [id, [[], [], [], []]]))
   for (const [replica, units] of run.kept.entries()) {
-    for (const { key, at, refunded } of units) if (!refunded && byId.has(key)) byId.get(key)[replica].push(at)
+    for (const { key, at, refunded } of units) {
+      if (refunded || !byId.has(key)) continue
+      byId.get(key)[replica].push(at)
+      byId.get(key)[3].push(at)
+    }
   }
-  for (const { who, id, sent, at, status } of run.answers) {
-    if (who !== 'client' || status !== 200) continue
-    byId.get(id)[2].push(at)
-    byId.get(id)[3].push(sent)
-  }
+  for (const { who, id, at, status } of run.answers) if (who === 'client' && status === 200) byId.get(id)[2].push(at)
   for (const lists of byId.values()) for (const list of lists) list.sort((a, b) => a - b)
   return byId
 }
@@ -144,8 +145,8 @@ export function failoverFigures (run, rate) {
     loopDelayMs: run.answers.loopDelayMs,
     clients: { healthy: healthy.length, failing: failing.length },
     // The bucket's bound, rate x (1 + w) in every window of w seconds: per replica at every moment,
-    // and over both replicas for the keys whose master stayed up, by when they were granted: within
-    // a round trip of being sent (0 or less: held).
+    // and over both replicas for the keys whose master stayed up, by when Redis was asked for them
+    // (0 or less: held).
     excessPerReplica: Math.max(worst(run.ids, 0), worst(run.ids, 1)),
     excessSharedHealthy: healthy.length === 0 ? null : worst(healthy, 3),
     excessSharedFailing: failing.length === 0 ? null : worst(failing, 2),
