@@ -145,11 +145,11 @@ export function failoverFigures (run, rate) {
     loopDelayMs: run.answers.loopDelayMs,
     clients: { healthy: healthy.length, failing: failing.length },
     // The bucket's bound, rate x (1 + w) in every window of w seconds: per replica at every moment,
-    // and over both replicas for the keys whose master stayed up, by when Redis was asked for them
-    // (0 or less: held).
+    // and over both replicas, by when Redis was asked for each unit kept: held (0 or less) for the
+    // keys whose master stayed up, within boundFailing for those on the failed master.
     excessPerReplica: Math.max(worst(run.ids, 0), worst(run.ids, 1)),
     excessSharedHealthy: healthy.length === 0 ? null : worst(healthy, 3),
-    excessSharedFailing: failing.length === 0 ? null : worst(failing, 2),
+    excessSharedFailing: failing.length === 0 ? null : worst(failing, 3),
     boundFailing: boundFailing(rate, 2, Math.max(...outageFigures.perReplica.map(outage => outage.lasted))),
     // What a client got over the whole run, against rate x (1 + seconds) shared.
     sharedBound: Math.floor(rate * (1 + seconds)),
