@@ -44,6 +44,8 @@ import exchangePace, { RedisStore } from 'exchangepace'
 
 export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'floor-429', 'headers', 'exchangepace', 'exchangepace-hook', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis', 'exchangepace-redis-three', 'unpaced', 'unpaced-read']
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+/** The RedisStore's `timeoutMs` (REDIS_TIMEOUT_MS), or its default: the latency part sets one no answer reaches. */
+const REDIS_TIMEOUT_MS = process.env.REDIS_TIMEOUT_MS === undefined ? undefined : Number(process.env.REDIS_TIMEOUT_MS)
 
 export const CLIENT_ID = 'reporting'
 export const CLIENT_SECRET = 'reporting-secret'
@@ -156,7 +158,7 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
   if (kind === 'exchangepace' || kind.startsWith('unpaced')) await app.register(exchangePace, now === undefined ? {} : { now })
   if (kind === 'exchangepace-hook') await app.register(exchangePace, { onEvent: countEvent })
   if (kind === 'ratelimit') await app.register(rateLimit, rateLimitStore === undefined ? { global: false } : { global: false, store: rateLimitStore })
-  if (kind.startsWith('exchangepace-redis')) await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:' }) })
+  if (kind.startsWith('exchangepace-redis')) await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:', timeoutMs: REDIS_TIMEOUT_MS }) })
   if (kind === 'ratelimit-redis') await app.register(rateLimit, { global: false, redis: redisClient(app), nameSpace: 'bench:ratelimit:' })
 
   const route = (url, rate) => {

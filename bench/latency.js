@@ -58,12 +58,16 @@ function timed (port) {
   })
 }
 
-/** `count` requests to `server`, one at a time: their times, sorted; any answer but 200 fails the part. */
-async function series (server, count) {
+/**
+ * `count` requests to `server`, one at a time: their times, sorted. Any answer but 200 fails the
+ * part, and so does an answer of a server that asks Redis in less than the round trip: it did not.
+ */
+async function series (server, count, roundTripMs) {
   const times = new Float64Array(count)
   for (let i = 0; i < count; i++) {
     const { ms, status } = await timed(server.port)
     if (status !== 200) throw new Error(`latency: ${server.kind} answered ${status}`)
+    if (server.kind !== 'bare' && ms < roundTripMs) throw new Error(`latency: ${server.kind} answered in ${fmt(ms, 3)} ms, less than the ${roundTripMs} ms round trip to Redis`)
     times[i] = ms
   }
   return times.sort()
@@ -74,12 +78,12 @@ const at = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.ceil(q * sorte
 /** The rounds at one round trip: each server's median and p99 per round, and what each adds to bare's. */
 async function atRoundTrip (servers, roundTripMs) {
   const rounds = []
-  for (const config of CONFIGS) await series(servers[config.kind], settings.warmup)
+  for (const config of CONFIGS) await series(servers[config.kind], settings.warmup, roundTripMs)
   for (let round = 0; round < settings.rounds; round++) {
     const order = round % 2 === 0 ? CONFIGS : [...CONFIGS].reverse()
     const figures = {}
     for (const config of order) {
-      const times = await series(servers[config.kind], settings.requests)
+      const times = await series(servers[config.kind], settings.requests, roundTripMs)
       figures[config.kind] = { median: at(times, 0.5), p99: at(times, 0.99) }
     }
     rounds.push(figures)
@@ -111,8 +115,10 @@ if (redisServer === null) {
   const proxy = await forkFaultProxy({ target: { port: redisPort } })
   const servers = {}
   try {
-    // The servers' ioredis clients reach Redis through the proxy (bench/apps.js reads REDIS_URL).
+    // The servers' ioredis clients reach Redis through the proxy (bench/apps.js reads REDIS_URL), and
+    // the RedisStore waits for every answer: an outage would answer from memory, without Redis.
     process.env.REDIS_URL = `redis://127.0.0.1:${proxy.port}`
+    process.env.REDIS_TIMEOUT_MS = '60000'
     for (const config of CONFIGS) servers[config.kind] = await startServer(config.kind, false, 'latency')
     const roundTrips = []
     for (const roundTripMs of settings.roundTripsMs) {
