@@ -5,13 +5,14 @@
 // Each server runs under a small shell that kills it when this process's end of a pipe closes, so
 // that no server outlives the run however it ends; `stop()` kills them all and waits for them.
 
-import { spawn } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { promisify } from 'node:util'
 import Redis, { Cluster } from 'ioredis'
 
 /**
@@ -177,14 +178,54 @@ export async function startReplicatedCluster ({ nodeTimeoutMs = 1000, fullCovera
   } finally {
     for (const client of admins) client.disconnect()
   }
-  return clusterOf(started.slice(0, 3), started.slice(3), stop)
+  /** A new master, empty, joined to the cluster (`redis-cli --cluster add-node`), with the others' settings. */
+  const addMaster = async () => {
+    const port = await spareClusterPort()
+    const server = await startServer(dir, clusterArgs(port), { binary, port })
+    started.push(server)
+    const known = await liveNode(started)
+    await execFileAsync('redis-cli', ['--cluster', 'add-node', `127.0.0.1:${port}`, `127.0.0.1:${known.port}`])
+    // Every node that answers knows it, and it has read the slots: a node that has not sees the
+    // cluster down, and answers the rebalance's MIGRATE with CLUSTERDOWN.
+    const clients = started.map(node => admin(node.port))
+    try {
+      await until('the new master did not join', async () => (await Promise.all(clients.map(client =>
+        client.call('CLUSTER', 'INFO').then(info => /cluster_state:ok/.test(info) && new RegExp(`cluster_known_nodes:${started.length}\\b`).test(info), () => client !== clients[clients.length - 1])))).every(Boolean))
+    } finally {
+      for (const client of clients) client.disconnect()
+    }
+    return server
+  }
+  return clusterOf(started.slice(0, 3), started.slice(3), stop, addMaster, started)
 }
 
-function clusterOf (masters, replicas, stop) {
-  const all = [...masters, ...replicas]
+const execFileAsync = promisify(execFile)
+
+/** A node of `servers` that answers. */
+async function liveNode (servers) {
+  for (const server of servers) {
+    const probe = admin(server.port)
+    try {
+      await probe.connect()
+      await probe.ping()
+      return server
+    } catch {
+      // killed: try the next
+    } finally {
+      probe.disconnect()
+    }
+  }
+  throw new Error('no node of the cluster answers')
+}
+
+/**
+ * `ClientClass` (of `client`): the ioredis `Cluster` constructor the clients are made with (this package's
+ * ioredis, or another major's, as the tests and the bench run both).
+ */
+function clusterOf (masters, replicas, stop, addMaster, all) {
   const clients = []
-  const client = (options = {}) => {
-    const cluster = new Cluster(masters.map(({ port }) => ({ host: '127.0.0.1', port })), options)
+  const client = (options = {}, ClientClass = Cluster) => {
+    const cluster = new ClientClass(masters.map(({ port }) => ({ host: '127.0.0.1', port })), options)
     clients.push(cluster)
     return cluster
   }
@@ -192,6 +233,16 @@ function clusterOf (masters, replicas, stop) {
     masters,
     replicas,
     client,
+    /**
+     * Adds an empty master and moves slots onto it from every master under way
+     * (`redis-cli --cluster rebalance --cluster-use-empty-masters`); resolves once done.
+     */
+    async rebalance () {
+      const added = await addMaster()
+      const known = await liveNode(all.filter(node => node !== added))
+      await execFileAsync('redis-cli', ['--cluster', 'rebalance', `127.0.0.1:${known.port}`, '--cluster-use-empty-masters'])
+      return added
+    },
     /** The server that serves `key`'s slot now, asked of a node that answers. */
     async masterOf (key) {
       for (const server of all) {

@@ -58,14 +58,50 @@ function recording (store, kept) {
       }
     }
   })
+  // The shared pace of the client pace: each unit Redis granted gets the time Redis ran the
+  // reserve (its clock, which no stall of this process delays), read from the grant.
+  const recordedShared = (shared, limit) => ({
+    get unanswered () { return shared.unanswered },
+    reserve (key) {
+      const before = kept.length
+      return shared.reserve(key).then(reservation => {
+        const unit = kept[before]
+        if (reservation.granted && 'run' in reservation && unit !== undefined && unit.key === key) unit.redisAt = redisTime(reservation.at, limit)
+        return reservation
+      })
+    }
+  })
   return {
     scope: store.scope,
     outage: store.outage,
-    pace: (name, rate, local, log) => store.pace(name, rate, name === CLIENT_PACE ? recordedPace(local) : local, log)
+    pace: (name, rate, local, log) => name === CLIENT_PACE
+      ? recordedShared(store.pace(name, rate, recordedPace(local), log), rate.limit)
+      : store.pace(name, rate, local, log)
   }
 }
 
-/** One app replica: the recommended paces on /token, its store's outage lines recorded with their time. */
+/** 2^32: the reserve script reads Redis's clock in microseconds modulo this (a one-second pace). */
+const CYCLE_US = 2 ** 32
+
+/**
+ * When Redis ran a reserve that granted at `at` (the script's microticks: microseconds of Redis's
+ * clock modulo 2^32, times `limit`), on this process's performance.now() timeline, read just after
+ * the answer came: Redis's clock is this machine's wall clock.
+ */
+function redisTime (at, limit) {
+  const now = performance.now()
+  const wallUs = ((performance.timeOrigin + now) * 1000) % CYCLE_US
+  let behindUs = (wallUs - at / limit) % CYCLE_US
+  if (behindUs < 0) behindUs += CYCLE_US
+  if (behindUs > CYCLE_US / 2) behindUs -= CYCLE_US
+  return now - behindUs / 1000
+}
+
+/**
+ * One app replica: the recommended paces on /token (or, with `settings.clientPaceOnly`, the
+ * client pace alone, the shape of issue 37's runs), its store's outage lines recorded with their
+ * time.
+ */
 async function replica (lib, client, settings, prefix, outageLines, index, kept) {
   const stream = {
     write: line => {
@@ -80,11 +116,13 @@ async function replica (lib, client, settings, prefix, outageLines, index, kept)
   app.post('/token', {
     logLevel: 'warn',
     config: {
-      pace: [
-        { limit: GUESS_LIMIT, window: GUESS_WINDOW, key: ['client', 'source'], spend: 'rejected' },
-        { perSecond: settings.rate, key: 'client', spend: 'accepted' },
-        { perSecond: 50, key: 'source', spend: 'every' }
-      ]
+      pace: settings.clientPaceOnly === true
+        ? [{ perSecond: settings.rate, key: 'client', spend: 'accepted', name: CLIENT_PACE }]
+        : [
+            { limit: GUESS_LIMIT, window: GUESS_WINDOW, key: ['client', 'source'], spend: 'rejected' },
+            { perSecond: settings.rate, key: 'client', spend: 'accepted' },
+            { perSecond: 50, key: 'source', spend: 'every' }
+          ]
     }
   }, async (request, reply) => {
     const at = performance.now()
@@ -133,11 +171,26 @@ async function traffic (apps, ids, guessed, settings, stop) {
       answers.push({ who, id, replica, sent, at: performance.now(), status: 'error', error: err.message })
     }
   }
-  const loops = [
-    ...ids.map((id, i) => sender(settings.sendPerSecond, stop, () => post('client', id, SECRET, `10.0.${i >> 8}.${i & 255}`), pending)),
-    sender(settings.strangersPerSecond, stop, () => post('stranger', `stranger-${strangers++}`, 'guess', `10.1.0.${strangers % 50}`), pending),
-    sender(settings.guessesPerSecond, stop, () => post('guesser', guessed, 'guess', GUESSER), pending)
-  ]
+  // A client with a second's worth of requests unanswered sends no more until some are: a machine
+  // too loaded to keep up sends less, rather than piling up requests to drain after the run.
+  const waiting = new Map(ids.map(id => [id, 0]))
+  const client = async (id, i) => {
+    if (waiting.get(id) >= settings.sendPerSecond) {
+      answers.skipped++
+      return
+    }
+    waiting.set(id, waiting.get(id) + 1)
+    await post('client', id, SECRET, `10.0.${i >> 8}.${i & 255}`)
+    waiting.set(id, waiting.get(id) - 1)
+  }
+  answers.skipped = 0
+  // In lockstep, every client sends in the same turn of the loop, so that each auto-pipelined
+  // batch carries several clients' keys (of several slots); otherwise each at its own moments.
+  const loops = settings.lockstep === true
+    ? [sender(settings.sendPerSecond, stop, () => Promise.all(ids.map(client)), pending)]
+    : ids.map((id, i) => sender(settings.sendPerSecond, stop, () => client(id, i), pending))
+  if (settings.strangersPerSecond > 0) loops.push(sender(settings.strangersPerSecond, stop, () => post('stranger', `stranger-${strangers++}`, 'guess', `10.1.0.${strangers % 50}`), pending))
+  if (settings.guessesPerSecond > 0) loops.push(sender(settings.guessesPerSecond, stop, () => post('guesser', guessed, 'guess', GUESSER), pending))
   await Promise.all(loops)
   await Promise.all(pending)
   loop.disable()
@@ -245,39 +298,101 @@ async function drive (lib, makeClient, scenario, settings) {
     const running = traffic(apps, ids, guessed, settings, stop.signal)
     await sleep(settings.beforeMs)
     const triggeredAt = performance.now()
-    const promotedAt = await trigger()
+    let promotedAt
+    try {
+      promotedAt = await trigger()
+    } catch (err) {
+      stop.abort()
+      await running
+      throw err
+    }
     await sleep(settings.afterMs)
     stop.abort()
     const answers = await running
     const stoppedAt = performance.now()
     const left = await expiries(await ports(), prefix)
-    return { started, triggeredAt, promotedAt, stoppedAt, answers, kept, ids, guessed, outageLines, clientErrors: errors, left }
+    // What each replica decided without Redis's answer, of the client pace (fastify.pace.counts).
+    const unanswered = apps.map(app => {
+      const { grantedWithoutStore, refusedWithoutStore } = app.pace.counts(CLIENT_PACE)
+      return { granted: grantedWithoutStore, refused: refusedWithoutStore }
+    })
+    return { started, triggeredAt, promotedAt, stoppedAt, answers, kept, ids, guessed, outageLines, clientErrors: errors, left, unanswered, timeoutMs: settings.timeoutMs }
   } finally {
     await Promise.all(apps.map(app => app.close()))
     for (const client of clients) client.disconnect()
   }
 }
 
+/** The master serving each of `ids`' client keys now, by port. */
+async function ownersOf (cluster, prefix, ids) {
+  const owners = new Map()
+  for (const id of ids) owners.set(id, (await cluster.masterOf(`${prefix}${CLIENT_PACE}:${id}`)).port)
+  return owners
+}
+
 /**
  * One failover of `master` under traffic: `how` is 'failover' (CLUSTER FAILOVER on its replica,
  * the coordinated switch an operator starts) or 'kill' (SIGKILL of the master, which the cluster
- * detects after cluster-node-timeout). Traffic runs `beforeMs` before and `afterMs` after the
- * promotion. `lib` is the plugin's module: `{ exchangePace, RedisStore }`.
+ * detects after cluster-node-timeout); or, with `master` null, 'rebalance': an empty master added
+ * and slots moved onto it from every master (`redis-cli --cluster rebalance
+ * --cluster-use-empty-masters`), the target's clients then being those whose slot moved. Traffic
+ * runs `beforeMs` before and `afterMs` after the promotion (the rebalance's end). `lib` is the
+ * plugin's module: `{ exchangePace, RedisStore }`.
  */
 export async function runFailover (lib, cluster, master, how, settings) {
-  const prefix = `exchangepace-failover:${how}:${process.pid}:${Date.now()}:`
-  const { ids, onTarget } = await clientsBy(cluster, prefix, master, settings.clients)
-  const guessed = await guessedOn(cluster, prefix, master)
-  const replicaServer = cluster.replicaOf(master)
-  const trigger = async () => {
-    const promotion = promoted(replicaServer)
-    if (how === 'failover') await failOver(replicaServer)
-    else await master.kill()
-    return await promotion
+  return (await runFailovers(lib, cluster, master, how, [settings]))[0]
+}
+
+/**
+ * `runFailover` for several sets of `settings` at once, through one failover: each its own two
+ * app replicas, clients and keys, the switch made once for all of them (so that the ioredis majors
+ * meet the same failover). In each, `clientClass` is the ioredis `Cluster` constructor (default:
+ * this package's ioredis), the replicas' clients made with `enableAutoPipelining` and otherwise
+ * its defaults, but for `maxRetriesPerRequest` 1 unless `clientDefaults`; `label` tells the runs'
+ * keys apart.
+ */
+export async function runFailovers (lib, cluster, master, how, settingsList) {
+  const rebalance = how === 'rebalance'
+  const plans = []
+  for (const [i, settings] of settingsList.entries()) {
+    const prefix = `exchangepace-failover:${how}:${settings.label ?? i}:${process.pid}:${Date.now()}:`
+    const { ids, onTarget } = rebalance
+      ? { ids: Array.from({ length: settings.clients }, (_, n) => `client-${n}`), onTarget: null }
+      : await clientsBy(cluster, prefix, master, settings.clients)
+    const before = rebalance ? await ownersOf(cluster, prefix, ids) : null
+    const guessed = rebalance ? 'client-guessed' : await guessedOn(cluster, prefix, master)
+    plans.push({ settings, prefix, ids, onTarget, before, guessed })
   }
-  const makeClient = () => cluster.client({ enableAutoPipelining: true, lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } })
-  const run = await drive(lib, makeClient, { prefix, ids, guessed, trigger, ports: () => masterPorts(cluster) }, settings)
-  return { how, target: `127.0.0.1:${master.port}`, successor: `127.0.0.1:${replicaServer.port}`, onTarget: [...onTarget], ...run }
+  const replicaServer = rebalance ? null : cluster.replicaOf(master)
+  let added = null
+  let switching = null
+  const trigger = () => {
+    switching ??= (async () => {
+      if (rebalance) {
+        added = await cluster.rebalance()
+        return performance.now()
+      }
+      const promotion = promoted(replicaServer)
+      if (how === 'failover') await failOver(replicaServer)
+      else await master.kill()
+      return await promotion
+    })()
+    return switching
+  }
+  return await Promise.all(plans.map(async ({ settings, prefix, ids, onTarget, before, guessed }) => {
+    const options = settings.clientDefaults === true
+      ? { enableAutoPipelining: true, lazyConnect: true }
+      : { enableAutoPipelining: true, lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } }
+    const makeClient = () => cluster.client({ ...options, ...settings.clientOptions }, settings.clientClass)
+    const run = await drive(lib, makeClient, { prefix, ids, guessed, trigger, ports: () => masterPorts(cluster) }, settings)
+    const label = settings.label ?? null
+    if (rebalance) {
+      const after = await ownersOf(cluster, prefix, ids)
+      const moved = ids.filter(id => after.get(id) !== before.get(id))
+      return { how, label, target: null, successor: `127.0.0.1:${added.port}`, onTarget: moved, ...run }
+    }
+    return { how, label, target: `127.0.0.1:${master.port}`, successor: `127.0.0.1:${replicaServer.port}`, onTarget: [...onTarget], ...run }
+  }))
 }
 
 /**

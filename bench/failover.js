@@ -19,8 +19,10 @@
 // it the part records that it was skipped, and why.
 
 import exchangePace, { RedisStore } from 'exchangepace'
+import { Cluster as Cluster5 } from 'ioredis'
+import { Cluster as Cluster6 } from 'ioredis6'
 import { startReplicatedCluster } from './cluster.js'
-import { runFailover, runRestart, runSentinel } from './failover-run.js'
+import { runFailover, runFailovers, runRestart, runSentinel } from './failover-run.js'
 import { startSentinels } from './sentinel.js'
 import { failoverFigures } from './failover-figures.js'
 import { byMode, log, parseOptions, redisServerVersion, table, writeResult } from './common.js'
@@ -38,6 +40,43 @@ const settings = byMode(options, {
   smoke: { nodeTimeoutMs: 1000, coverages: [], kinds: [], sentinel: [], traffic: { ...traffic, clients: 6, beforeMs: 600, afterMs: 1500 } }
 })
 const lib = { exchangePace, RedisStore }
+
+// Issue 37's shape: 24 clients each sending 30 a second in lockstep through two replicas, the
+// client pace alone at 10 a second, RedisStore timeoutMs 100 and retryMs 1000, each replica's
+// ioredis Cluster client with enableAutoPipelining and otherwise its defaults, on a cluster with
+// cluster-node-timeout 2000 and cluster-require-full-coverage no; a CLUSTER FAILOVER, a rebalance
+// onto a new empty master, then a SIGKILL, each watched 11.5 s after the switch. Two variants meet
+// each switch at once (two app replicas each): the two ioredis majors with those defaults, then
+// ioredis 5 with slotsRefreshInterval 1000 and ioredis 5 without auto-pipelining.
+const SHAPE = { rate: 10, clients: 24, sendPerSecond: 30, strangersPerSecond: 0, guessesPerSecond: 0, lockstep: true, clientPaceOnly: true, clientDefaults: true, timeoutMs: 100, retryMs: 1000 }
+const shape = byMode(options, {
+  full: { beforeMs: 3000, afterMs: 11_500, passes: 2 },
+  quick: { beforeMs: 2000, afterMs: 11_500, passes: 1 },
+  smoke: { passes: 0 }
+})
+const VARIANTS = [
+  [{ label: 'ioredis 5', clientClass: Cluster5 }, { label: 'ioredis 6', clientClass: Cluster6 }],
+  [{ label: 'ioredis 5, slotsRefreshInterval 1000', clientClass: Cluster5, clientOptions: { slotsRefreshInterval: 1000 } },
+    { label: 'ioredis 5, no auto-pipelining', clientClass: Cluster5, clientOptions: { enableAutoPipelining: false } }]
+].slice(0, shape.passes)
+
+/** Issue 37's runs: per pass of variants, one cluster, its three switches in turn. */
+async function shapeRuns () {
+  const runs = []
+  for (const variants of VARIANTS) {
+    const cluster = await startReplicatedCluster({ nodeTimeoutMs: 2000, fullCoverage: false })
+    try {
+      for (const [how, master] of [['failover', cluster.masters[0]], ['rebalance', null], ['kill', cluster.masters[1]]]) {
+        log(`  issue 37's shape, ${how}: ${variants.map(variant => variant.label).join(' and ')}`)
+        const settings = variants.map(variant => ({ ...SHAPE, beforeMs: shape.beforeMs, afterMs: shape.afterMs, ...variant }))
+        for (const run of await runFailovers(lib, cluster, master, how, settings)) runs.push(failoverFigures(run, SHAPE.rate))
+      }
+    } finally {
+      await cluster.stop()
+    }
+  }
+  return runs
+}
 
 /** One cluster per coverage setting; on each, the kinds of failover in turn, each on another master. */
 async function clusterRuns () {
@@ -94,13 +133,17 @@ if (redisServerVersion() === null) {
   log('  restart of a single Redis')
   runs.push({ fullCoverage: null, ...failoverFigures(await runRestart(lib, settings.traffic), settings.traffic.rate) })
   runs.push(...await sentinelRuns())
+  const shaped = await shapeRuns()
+  for (const figures of shaped) log(`  ${figures.label}, ${figures.how}: moved clients' excess from 1 s after the switch ${figures.excessSharedAfterFailing} where said shared, ${figures.excessSettledFailing} in all (${figures.pacedAfterSeconds} s of it said paced in memory), decided without Redis ${JSON.stringify(figures.unanswered)}, event loop late up to ${figures.loopDelayMs.max} ms`)
   log(table(['switch', 'failed', 'excess/replica', 'excess healthy', 'excess failed', 'promoted (s)', 'shared again (s)', 'other outages', 'guesses (switch)', 'no expiry'], runs.map(row)))
   const file = writeResult(options, 'failover', {
     description: 'a RedisStore through a Cluster failover and a restart of a single Redis, under two app replicas\' traffic',
     redisServer: redisServerVersion(),
     nodeTimeoutMs: settings.nodeTimeoutMs,
     traffic: settings.traffic,
-    runs
+    runs,
+    shape: { ...SHAPE, beforeMs: shape.beforeMs, afterMs: shape.afterMs, nodeTimeoutMs: 2000 },
+    shaped
   })
   log(`failover: results in ${file}`)
 }

@@ -1,9 +1,14 @@
 // exchangepace's counts as Prometheus metrics, with prom-client: what each pace granted, refused,
-// refunded and found malformed, and the rows it holds, on GET /metrics.
+// refunded and found malformed, of those how many were decided without the shared store's answer,
+// and the rows it holds, on GET /metrics.
 //
 //   exchangepace_decisions_total{pace="/token#client",decision="refused"} 12
+//   exchangepace_decided_without_store_total{pace="/token#client",decision="granted"} 40
 //   exchangepace_rows{pace="/token#client"} 3
 //   exchangepace_store_unavailable 0          (with a shared store such as RedisStore)
+//
+// A grant decided without the store (an outage, a timeout) held the rate per replica, not in
+// total: alert on its rate, which says how long and how widely a fault multiplied the pace.
 //
 // The only label is the pace's name, which the routes declare: a bounded set. Never label a metric
 // with a key (a declared client id, an address): anyone can declare any id, and an unbounded label
@@ -37,6 +42,20 @@ export function paceMetrics (app, { register = new Registry(), store } = {}) {
       for (const pace of app.pace.names()) {
         const counts = app.pace.counts(pace)
         for (const decision of DECISIONS) this.inc({ pace, decision }, counts[decision])
+      }
+    }
+  }))
+  register.registerMetric(new Counter({
+    name: 'exchangepace_decided_without_store_total',
+    help: 'Of each pace\'s grants and refusals on this replica, those decided without the shared store\'s answer (in memory, or by whenUnavailable): the rate held per replica for them, not in total',
+    labelNames: ['pace', 'decision'],
+    registers: [],
+    collect () {
+      this.reset()
+      for (const pace of app.pace.names()) {
+        const counts = app.pace.counts(pace)
+        this.inc({ pace, decision: 'granted' }, counts.grantedWithoutStore)
+        this.inc({ pace, decision: 'refused' }, counts.refusedWithoutStore)
       }
     }
   }))

@@ -28,6 +28,12 @@ export interface PaceBucket {
 export interface SharedPace {
   /** Decides and debits in one step, in the shared store (or in the fallback it chose). Never rejects. */
   reserve (key: string): Promise<PaceReservation>
+  /**
+   * The requests this pace decided without the shared store's answer (it failed, did not answer
+   * in time, or was not asked while unavailable), granted and refused, since it was made: for
+   * these the rate held per replica, not in total. A store that always answers leaves it out.
+   */
+  readonly unanswered?: { readonly granted: number, readonly refused: number } | undefined
 }
 
 /**

@@ -2,7 +2,8 @@ import t from 'tap'
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { Registry } from 'prom-client'
-import type { FastifyInstance } from 'fastify'
+import Fastify, { type FastifyInstance } from 'fastify'
+import { exchangePace, RedisStore } from '../lib/index.js'
 import { paceMetrics } from '../examples/metrics.js'
 import { buildServer } from '../examples/server.js'
 
@@ -12,6 +13,14 @@ import { buildServer } from '../examples/server.js'
  */
 
 const form = { 'content-type': 'application/x-www-form-urlencoded' }
+
+/** An ioredis client as the store sees it, whose every reserve fails: Redis is down. */
+class FailingRedis {
+  defineCommand (): void {}
+  exchangepaceReserveBuffer (): Promise<Buffer> {
+    return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:6379'))
+  }
+}
 
 /** The samples of a Prometheus text exposition: `name{labels}` -> value. */
 function samples (text: string): Map<string, number> {
@@ -48,6 +57,24 @@ t.test('the pace counts and rows are scraped from /metrics, labelled by pace nam
   t.equal(scraped.get('exchangepace_rows{pace="/token#client"}'), 1)
   t.notOk([...scraped.keys()].some(name => name.includes('reporting') || name.includes('203.0.113.9')), 'no client id or address in any label')
   t.equal(scraped.get('exchangepace_store_unavailable'), undefined, 'no store, no store gauge')
+  t.same([scraped.get('exchangepace_decided_without_store_total{pace="/token#client",decision="granted"}'), scraped.get('exchangepace_decided_without_store_total{pace="/token#client",decision="refused"}')], [0, 0], 'no store: nothing decided without it')
+})
+
+t.test('what a shared store did not decide is scraped per pace: grants and refusals made without its answer', async t => {
+  const client = new FailingRedis()
+  const store = new RedisStore({ client, whenUnavailable: 'fallback', retryMs: 60_000 })
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store })
+  // A minute's window: a refusal in memory waits longer than a second, so Redis would decide it.
+  app.post('/token', { config: { pace: { limit: 2, window: 60, key: 'client', spend: 'accepted' } } }, async () => ({ ok: true }))
+  paceMetrics(app, { register: new Registry(), store })
+  for (let i = 0; i < 3; i++) await app.inject({ method: 'POST', url: '/token', payload: { client_id: 'reporting' } })
+  const scraped = await scrape(app)
+  const without = (decision: string) => scraped.get(`exchangepace_decided_without_store_total{pace="/token",decision="${decision}"}`)
+  t.same([without('granted'), without('refused')], [2, 1], 'Redis never answered: two granted in memory, the third refused there')
+  t.equal(scraped.get('exchangepace_decisions_total{pace="/token",decision="granted"}'), 2)
+  t.equal(scraped.get('exchangepace_store_unavailable'), 1)
 })
 
 t.test('with a shared store, its availability is a gauge', async t => {

@@ -3,16 +3,15 @@ import { exchangePace, RedisStore } from '../lib/index.js'
 import { installedOrSkip } from './helpers/cluster.js'
 import type { TapTest } from './shared-behaviour.js'
 // The bench's own (plain JavaScript): part 9 runs the same scenarios, longer.
-import { startReplicatedCluster } from '../bench/cluster.js'
-import { GUESS_LIMIT, runFailover, runRestart, runSentinel } from '../bench/failover-run.js'
+import { GUESS_LIMIT, runRestart, runSentinel } from '../bench/failover-run.js'
 import { startSentinels } from '../bench/sentinel.js'
 import { failoverFigures } from '../bench/failover-figures.js'
 
 // Failover under load: two app replicas on a RedisStore, clients at three times their rate,
-// strangers and a guesser, while a master of a three-master cluster with replicas fails over
-// (CLUSTER FAILOVER on its replica, then a SIGKILL of another master), while a single Redis
-// restarts empty, and while a master watched by three sentinels is killed. Short forms of
-// bench/failover.js (part 9, docs/benchmarks.md has the long ones).
+// strangers and a guesser, while a single Redis restarts empty, and while a master watched by
+// three sentinels is killed. Short forms of bench/failover.js (part 9, docs/benchmarks.md has the
+// long ones); a Cluster's failovers and rebalance are test/redis-failover-cluster.test.ts's, on
+// both ioredis majors.
 
 const RATE = 5
 const SETTINGS = { rate: RATE, clients: 9, sendPerSecond: 3 * RATE, strangersPerSecond: 10, guessesPerSecond: 20, beforeMs: 1200, afterMs: 1500, timeoutMs: 1000, retryMs: 250 }
@@ -46,31 +45,6 @@ function common (t: TapTest, figures: Figures): void {
 }
 
 if (installedOrSkip('redis-server', 'the failover tests start a cluster with replicas of their own')) {
-  t.test('a Cluster master fails over under traffic', async t => {
-    const cluster = await startReplicatedCluster({ nodeTimeoutMs: 1000, fullCoverage: false })
-    t.teardown(cluster.stop)
-
-    for (const [how, master] of [['failover', cluster.masters[0]], ['kill', cluster.masters[1]]] as const) {
-      t.test(how === 'failover' ? 'CLUSTER FAILOVER on a replica' : 'SIGKILL of a master', async t => {
-        const figures = failoverFigures(await runFailover(lib, cluster, master, how, SETTINGS), RATE)
-        show(t, figures)
-        common(t, figures)
-        // A master that stayed up may still miss timeoutMs when this machine is loaded enough to
-        // stall a process for a second (every master's own outage is checked on a scripted cluster
-        // in test/redis-outages.test.ts); nothing else may put its keys on the fallback.
-        const others = figures.outages.otherMasters
-        t.same(others.filter(other => !/^no answer within/.test(other.error)), [], 'no master that stayed up failed')
-        if (others.length > 0) t.comment(`timeouts of masters that stayed up (a stall of the machine): ${JSON.stringify(others)}`)
-        else t.ok(figures.excessSharedHealthy! <= 1, `the healthy masters' clients stay shared: their bucket holds over both replicas (excess ${figures.excessSharedHealthy})`)
-        for (const [replica, outage] of figures.outages.perReplica.entries()) {
-          if (outage.warnings === 0) continue
-          t.ok(outage.sharedAgainAfterPromotion !== null && outage.sharedAgainAfterPromotion <= 3, `replica ${replica}: the failed master's keys shared again ${outage.sharedAgainAfterPromotion} s after the promotion`)
-        }
-        if (how === 'kill') t.ok(figures.outages.perReplica.some(outage => outage.warnings > 0), 'the killed master\'s keys were paced per replica for a while')
-      })
-    }
-  })
-
   t.test('a single Redis restarts empty under traffic', async t => {
     const figures = failoverFigures(await runRestart(lib, SETTINGS), RATE)
     show(t, figures)

@@ -3,7 +3,9 @@ import fc from 'fast-check'
 import { createRequire } from 'node:module'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger } from 'fastify'
-import { Pace, RedisStore, type PaceReservation, type RedisUnavailable } from '../lib/index.js'
+import Fastify from 'fastify'
+import { exchangePace, Pace, RedisStore, type PaceReservation, type RedisUnavailable } from '../lib/index.js'
+import type { RedisPace } from '../lib/redis/pace.js'
 import { keySlot } from '../lib/redis/key-slot.js'
 
 // A RedisStore on a Cluster keeps one outage per master: a master that fails sends only the keys of
@@ -41,6 +43,9 @@ t.test('keySlot is Redis\'s slot: CRC16 of the key, or of its hash tag, modulo 1
 
 interface Call {
   key: string
+  windowMs: number | undefined
+  /** Sent as a command of its own, never auto-pipelined (a resend after a redirection). */
+  alone: boolean
   resolve: (reply: Buffer) => void
   reject: (err: Error) => void
 }
@@ -59,11 +64,20 @@ class ScriptedCluster {
   readonly isCluster = true
   readonly slots: Array<string[] | undefined> = Array.from({ length: 16384 }, (_, slot) => [slot < 8192 ? A : B, '127.0.0.1:7005'])
   readonly reserves: Call[] = []
+  /** How a reservation sent on its own (a resend) fails: its promise rejects with this, or the call throws it. */
+  aloneFails: { error: Error, how: 'rejects' | 'throws' } | null = null
 
   defineCommand (): void {}
 
-  exchangepaceReserveBuffer (key: string): Promise<Buffer> {
-    return new Promise((resolve, reject) => { this.reserves.push({ key, resolve, reject }) })
+  exchangepaceReserveBuffer (key: string, _rate: number, windowMs?: number): Promise<Buffer> {
+    return new Promise((resolve, reject) => { this.reserves.push({ key, windowMs, alone: false, resolve, reject }) })
+  }
+
+  exchangepaceReserveAloneBuffer (key: string, _rate: number, windowMs?: number): Promise<Buffer> {
+    const fails = this.aloneFails
+    if (fails?.how === 'throws') throw fails.error
+    if (fails?.how === 'rejects') return Promise.reject(fails.error)
+    return new Promise((resolve, reject) => { this.reserves.push({ key, windowMs, alone: true, resolve, reject }) })
   }
 
   exchangepaceRefund (): Promise<number> {
@@ -136,7 +150,7 @@ t.test('each master has its own outage, warning, retries and end', async t => {
   t.ok((await reserve(client, pace, onA, new Error('ETIMEDOUT'))).asked, 'A is retried')
   t.equal(lines.length, 2, 'a failed retry is the same outage')
   t.ok((await reserve(client, pace, onB, 'grant')).asked, 'B is retried too, right after A: each master has its own retryMs')
-  t.same(lines[2], ['info', `exchangepace: Redis master ${B} answers again; its keys are shared by all replicas again`, B])
+  t.match(lines[2], ['info', new RegExp(`^exchangepace: Redis master ${B} answers again; its keys are shared by all replicas again \\(after 0\\.\\d s, in which this replica decided 1 request for them without Redis\\)$`), B])
   t.notOk((await reserve(client, pace, onA, 'grant')).asked, 'A waits out its retryMs from its failed retry')
   t.ok((await reserve(client, pace, onB, 'grant')).asked, 'B\'s keys are shared again')
   t.ok(store.unavailable, 'A is still out')
@@ -146,17 +160,25 @@ t.test('each master has its own outage, warning, retries and end', async t => {
   t.same(lines.map(([level, , master]) => [level, master]), [['warn', A], ['warn', B], ['info', B], ['info', A]])
 })
 
-t.test('an outage ends when the master\'s slots move to another master, as a failover moves them', async t => {
+t.test('an outage whose slots moved (a failover) ends when Redis answers for one of its keys, naming who answered; a new map alone proves nothing', async t => {
   const { client, store, pace, lines, onA, onB } = setup()
   await reserve(client, pace, onA, new Error('Connection is closed.'))
   client.move(A, PROMOTED)
-  t.ok((await reserve(client, pace, onA, 'grant')).asked, 'A\'s keys go to the promoted master at once, without waiting for retryMs')
+  t.ok(store.unavailable, 'the map names another master: not yet shared')
+  t.equal(lines.length, 1, 'and nothing says it is')
+  t.ok((await reserve(client, pace, onB, 'grant')).asked)
+  t.ok(store.unavailable, 'B\'s answer is for no key A served')
+  const { asked } = await reserve(client, pace, onA, new Error('Connection is closed.'))
+  t.ok(asked, 'A\'s keys go to the promoted master at once, without waiting for retryMs')
+  t.same(lines.map(([, , master]) => master), [A, PROMOTED], 'the promoted master failing is an outage of its own')
+  t.ok((await reserve(client, pace, onA, 'grant')).asked === false, 'and holds A\'s keys back as its own')
+  client.move(PROMOTED, undefined)
+  t.ok((await reserve(client, pace, onA, 'grant')).asked, 'a map that names no master for them sends them to ioredis, which asks a node')
+  t.match(lines.slice(2), [
+    ['info', new RegExp(`^exchangepace: Redis master ${A} no longer serves its keys \\(another master answered for them\\); they are shared by all replicas again \\(after \\d\\.\\d s, in which this replica decided 1 request for them without Redis\\)$`), A],
+    ['info', new RegExp(`^exchangepace: Redis master ${PROMOTED} no longer serves its keys`), PROMOTED]
+  ], 'both end on that answer: it is for a key each served when its outage began')
   t.notOk(store.unavailable)
-  t.same(lines[1], ['info', `exchangepace: Redis master ${A} no longer serves its keys (${PROMOTED} does); they are shared by all replicas again`, A])
-  await reserve(client, pace, onB, new Error('Connection is closed.'))
-  client.move(B, undefined)
-  t.ok((await reserve(client, pace, onA, 'grant')).asked, 'any request notices a move: here one for another master')
-  t.match(lines[3][1], /no longer serves its keys \(no master does\)/, 'a slot map that names no master for them (ioredis has not read the new one yet) ends it too')
 })
 
 t.test('a cluster whose slot map is not known yet (not connected) has one outage for every key, as one server', async t => {
@@ -167,7 +189,7 @@ t.test('a cluster whose slot map is not known yet (not connected) has one outage
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (Connection is closed.); pacing per replica in memory until it answers again', undefined]])
   client.slots.fill([B])
   t.ok((await reserve(client, pace, onB, 'grant')).asked, 'once the map names masters, they are tried')
-  t.match(lines[1][1], new RegExp(`Redis store no longer serves its keys \\(${B} does\\)`))
+  t.match(lines[1][1], new RegExp(`Redis store no longer serves its keys \\(${B} answered for them\\)`))
   t.notOk(store.unavailable)
 })
 
@@ -182,13 +204,111 @@ t.test('\'open\' and \'closed\' say which master\'s keys fail open or closed', a
   }
 })
 
-t.test('a redirection ioredis passed on (MOVED from a batch a failover split) is no outage: that request takes the fallback, the next asks Redis', async t => {
+t.test('a redirection handed back (MOVED or ASK from a batch a failover split) is resent on its own, and its answer is the request\'s', async t => {
   const { client, store, pace, lines, onA } = setup()
-  const { asked, reservation } = await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
-  t.same([asked, reservation.granted, 'run' in reservation], [true, true, false], 'granted by the replica\'s memory')
+  for (const redirection of [`MOVED 885 ${PROMOTED}`, `ASK 885 ${PROMOTED}`, 'All keys in the pipeline should belong to the same slots allocation group']) {
+    const before = client.reserves.length
+    const reserving = pace.reserve(onA)
+    client.reserves[before].reject(new Error(redirection))
+    await new Promise(resolve => setImmediate(resolve))
+    t.same(client.reserves.slice(before).map(call => call.alone), [false, true], `${redirection.slice(0, 9)}: sent again as a command of its own`)
+    client.reserves[before + 1].resolve(grant())
+    t.ok('run' in await reserving, 'Redis granted it')
+  }
   t.notOk(store.unavailable)
-  t.same(lines, [], 'no warning')
-  t.ok((await reserve(client, pace, onA, 'grant')).asked, 'the next request goes to Redis')
+  t.same(lines, [], 'no outage, no warning')
+  t.same((pace as RedisPace).unanswered, { granted: 0, refused: 0 })
+})
+
+t.test('a pace of another window resends with its window', async t => {
+  const { client, store, onA } = setup()
+  const pace = store.pace('/day', { limit: 100, window: 86_400 }, new Pace({ limit: 100, window: 86_400 }), recordingLog().log)
+  const reserving = pace.reserve(onA)
+  client.reserves[0].reject(new Error(`MOVED 885 ${PROMOTED}`))
+  await new Promise(resolve => setImmediate(resolve))
+  t.same(client.reserves.map(call => [call.alone, call.windowMs]), [[false, 86_400_000], [true, 86_400_000]])
+  client.reserves[1].resolve(grant())
+  t.ok('run' in await reserving)
+})
+
+t.test('a redirection the resend could not follow is decided in memory, counted, and warned of once a minute with the count', async t => {
+  const { client, store, pace, lines, onA } = setup()
+  client.aloneFails = { error: new Error(`MOVED 885 ${PROMOTED}`), how: 'rejects' }
+  const first = await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
+  t.same([first.asked, first.reservation.granted, 'run' in first.reservation], [true, true, false], 'granted by the replica\'s memory')
+  t.notOk(store.unavailable, 'no outage: Redis answered')
+  t.same(lines, [['warn', `exchangepace: 1 request paced in this replica's memory though Redis answered: the client handed back a redirection (MOVED 885 ${PROMOTED}) instead of following it, so their keys were not shared (counted since the previous such warning; one a minute at most)`, undefined]])
   await reserve(client, pace, onA, new Error(`ASK 885 ${PROMOTED}`))
-  t.notOk(store.unavailable, 'nor is an ASK')
+  await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
+  t.equal(lines.length, 1, 'within the minute, counted without a line')
+  t.same((pace as RedisPace).unanswered, { granted: 3, refused: 0 }, 'each counted in the pace')
+  const now = performance.now.bind(performance)
+  performance.now = () => now() + 60_000
+  t.teardown(() => { performance.now = now })
+  await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
+  t.match(lines[1], ['warn', /^exchangepace: 3 requests paced in this replica's memory though Redis answered/], 'a minute later: the two since, and this one')
+})
+
+t.test('a resend that fails otherwise is an outage, as any failure', async t => {
+  for (const how of ['rejects', 'throws'] as const) {
+    const { client, store, pace, lines, onA } = setup('closed')
+    client.aloneFails = { error: new Error('Connection is closed.'), how }
+    const { reservation } = await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
+    t.notOk(reservation.granted, `${how}: refused, as 'closed' says`)
+    t.ok(store.unavailable)
+    t.match(lines, [['warn', /Redis master 127\.0\.0\.1:7001 unavailable \(Connection is closed\.\)/]])
+    t.same((pace as RedisPace).unanswered, { granted: 0, refused: 1 })
+  }
+})
+
+t.test('a redirection after the timeout is not resent: its request already went the unavailable path', async t => {
+  const client = new ScriptedCluster()
+  const store = new RedisStore({ client, timeoutMs: 5, retryMs: 100 })
+  const pace = store.pace('/token', { limit: 100, window: 1 }, new Pace({ perSecond: 100 }), recordingLog().log)
+  const { onA } = idsOn()
+  const reservation = await pace.reserve(onA)
+  t.notOk('run' in reservation, 'timed out: the fallback')
+  client.reserves[0].reject(new Error(`MOVED 885 ${PROMOTED}`))
+  await new Promise(resolve => setImmediate(resolve))
+  t.equal(client.reserves.length, 1, 'nothing resent')
+})
+
+t.test('a Cluster client never auto-pipelines the reserve sent on its own; its other commands are left as they were', async t => {
+  const shared = ['hgetall']
+  const withOptions = Object.assign(new ScriptedCluster(), { options: { autoPipeliningIgnoredCommands: shared } })
+  new RedisStore({ client: withOptions }) // eslint-disable-line no-new
+  t.same(withOptions.options.autoPipeliningIgnoredCommands, ['hgetall', 'exchangepaceReserveAlone'])
+  t.same(shared, ['hgetall'], 'a new array: ioredis shares its default one between clients')
+  const without = Object.assign(new ScriptedCluster(), { options: {} as { autoPipeliningIgnoredCommands?: string[] } })
+  new RedisStore({ client: without }) // eslint-disable-line no-new
+  t.same(without.options.autoPipeliningIgnoredCommands, ['exchangepaceReserveAlone'])
+})
+
+t.test('fastify.pace.counts says how many grants and refusals were decided without Redis', async t => {
+  for (const mode of ['fallback', 'closed'] as const) {
+    const client = new ScriptedCluster()
+    const app = Fastify()
+    t.teardown(() => app.close())
+    await app.register(exchangePace, { store: new RedisStore({ client, timeoutMs: 1000, retryMs: 60_000, whenUnavailable: mode }) })
+    app.post('/token', { config: { pace: { perSecond: 100, key: 'client', spend: 'accepted' } } }, async () => ({ ok: true }))
+    app.get('/free', async () => ({ ok: true }))
+    await app.ready()
+    const { onA } = idsOn()
+    const send = async (answer: 'grant' | Error): Promise<number> => {
+      const before = client.reserves.length
+      const responding = app.inject({ method: 'POST', url: '/token', payload: { client_id: onA } })
+      for (let i = 0; i < 10 && client.reserves.length === before; i++) await new Promise(resolve => setImmediate(resolve))
+      if (client.reserves.length > before) {
+        if (answer === 'grant') client.reserves[before].resolve(grant())
+        else client.reserves[before].reject(answer)
+      }
+      return (await responding).statusCode
+    }
+    t.equal(await send('grant'), 200)
+    t.equal(await send(new Error('Connection is closed.')), mode === 'fallback' ? 200 : 429)
+    t.equal(await send('grant'), mode === 'fallback' ? 200 : 429, 'held back within retryMs')
+    const counts = app.pace.counts('/token')!
+    const alone = mode === 'fallback' ? [2, 0] : [0, 2]
+    t.same([counts.granted, counts.grantedWithoutStore, counts.refusedWithoutStore], [mode === 'fallback' ? 3 : 1, ...alone], `${mode}: of the decisions, those made without Redis`)
+  }
 })

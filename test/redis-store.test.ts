@@ -137,8 +137,9 @@ t.test('a pace of another window calls both scripts with its window in ms; a one
 
 t.test('the store loads one script per operation and keys buckets as prefix + name + ":" + key', async t => {
   const { client, store, pace } = setup()
-  t.same([...client.scripts.keys()], ['exchangepaceReserve', 'exchangepaceRefund', 'exchangepaceInspect', 'exchangepaceReset', 'exchangepaceBlock'])
+  t.same([...client.scripts.keys()], ['exchangepaceReserve', 'exchangepaceReserveAlone', 'exchangepaceRefund', 'exchangepaceInspect', 'exchangepaceReset', 'exchangepaceBlock'])
   t.match(client.scripts.get('exchangepaceReserve'), /redis\.call\('TIME'\)/, 'the clock is the server\'s')
+  t.equal(client.scripts.get('exchangepaceReserveAlone'), client.scripts.get('exchangepaceReserve'), 'the reserve sent on its own is the same script: one SHA, one entry in Redis\'s cache')
   t.equal(store.prefix, 'exchangepace:')
   t.equal(store.scope, 'shared by all replicas (Redis)')
   const reserving = pace.reserve('reporting')
@@ -182,7 +183,7 @@ t.test('a reply the store does not read (another version\'s script under the com
   t.ok(store.unavailable)
   t.same(lines, [['warn', 'exchangepace: Redis store unavailable (the reserve script answered 16 bytes, not a reply this version reads: does another version of exchangepace define its commands on this client?); pacing per replica in memory until it answers again']])
   store._answered(pace as never, 'exchangepace:/token:reporting', store._outage)
-  t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'], 'said by the logger that warned')
+  t.match(lines[1], ['info', /^exchangepace: Redis store answers again; paces are shared by all replicas again \(after \d+\.\d s, in which this replica decided 1 request for them without Redis\)$/], 'said by the logger that warned, with how long and how many requests it decided alone')
   const text = pace.reserve('reporting')
   client.reserves[1].answer('granted')
   await text
@@ -230,7 +231,8 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
   client.reserves[2].resolve([1, 7000, 3, 7500])
   t.ok((await back).granted)
   t.notOk(store.unavailable)
-  t.same(lines[1], ['info', 'exchangepace: Redis store answers again; paces are shared by all replicas again'])
+  t.match(lines[1], ['info', /^exchangepace: Redis store answers again; paces are shared by all replicas again \(after 0\.\d s, in which this replica decided 3 requests for them without Redis\)$/], 'the first failure, the request held back, and the failed retry')
+  t.same(pace.unanswered, { granted: 3, refused: 0 }, 'and the pace counted them')
 })
 
 t.test('an answer to a reservation sent before the outage began does not end it: only a retry does', async t => {

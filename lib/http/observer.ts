@@ -54,6 +54,19 @@ export class PaceCounts {
   refunded = 0
   /** Requests answered 400 because their key for this pace was malformed. */
   invalid = 0
+  /**
+   * Of `granted`, the units this replica's memory granted because the shared store did not answer
+   * (an outage, a timeout, a redirection the client did not follow; with `whenUnavailable: 'open'`,
+   * those granted unpaced): for these the rate held per replica, not in total. 0 without a store.
+   */
+  grantedWithoutStore = 0
+  /**
+   * Of `refused`, the requests refused without the shared store's answer (in memory, or by
+   * `whenUnavailable: 'closed'`). Not counted: a refusal this replica's memory makes whatever the
+   * store says (a key past this replica's own share, whose unit is back within a second). 0
+   * without a store.
+   */
+  refusedWithoutStore = 0
 }
 
 /** A unit as the observer needs it: its pace, kind of key and counts. */

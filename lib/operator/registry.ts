@@ -57,12 +57,21 @@ export class PaceRegistry {
 
   /**
    * What the pace named `name` has decided since the plugin registered (granted, refused,
-   * refunded, invalid), counted on this replica whatever the store; undefined when no route
-   * declared it. A copy: it does not change afterwards.
+   * refunded, invalid, and of those granted and refused, how many without the shared store's
+   * answer), counted on this replica whatever the store; undefined when no route declared it. A
+   * copy: it does not change afterwards.
    */
   counts (name: string): PaceCounts | undefined {
-    const counts = this.#paces.get(name)?.counts
-    return counts === undefined ? undefined : Object.assign(new PaceCounts(), counts)
+    const pace = this.#paces.get(name)
+    if (pace === undefined) return undefined
+    const counts = Object.assign(new PaceCounts(), pace.counts)
+    for (const { shared } of pace.lanes) {
+      const unanswered = shared?.unanswered
+      if (unanswered === undefined) continue
+      counts.grantedWithoutStore += unanswered.granted
+      counts.refusedWithoutStore += unanswered.refused
+    }
+    return counts
   }
 
   /** What `who`'s bucket in the pace `name` holds now, against the key's own rate. Looking creates no row. */

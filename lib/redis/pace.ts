@@ -7,6 +7,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { Waiting, type Deadlines } from './deadlines.js'
 import type { Pace, Reservation } from '../bucket/pace.js'
 import { GRANT_BYTES, REFUSAL_BYTES, type PaceCommands } from './scripts.js'
+import { isResendable } from './outages.js'
 import type { RedisStore } from './store.js'
 import type { PaceReservation, SharedPace } from '../store.js'
 
@@ -107,6 +108,8 @@ export class RedisPace implements SharedPace {
   readonly #deadlines: Deadlines
   /** In the store's set of paces whose memory may hold rows (see `RedisStore._answered`). */
   #tracked = false
+  /** Requests this pace decided without Redis's answer (an outage, a timeout, a redirection not followed): granted, and refused. */
+  readonly unanswered = { granted: 0, refused: 0 }
 
   constructor (store: RedisStore, commands: PaceCommands, prefix: string, rate: number, windowMs: number | null, local: Pace | null, log: FastifyBaseLogger) {
     this.#store = store
@@ -133,7 +136,7 @@ export class RedisPace implements SharedPace {
       this.#track()
     }
     const redisKey = this.#prefix + key
-    if (!store._mayTry(redisKey)) return Promise.resolve(local ?? this.#unavailable)
+    if (!store._mayTry(redisKey)) return Promise.resolve(this.#alone(local ?? this.#unavailable))
     const outage = store._outage
     return new Promise(resolve => {
       const deadlines = this.#deadlines
@@ -148,7 +151,7 @@ export class RedisPace implements SharedPace {
         return
       }
       deadlines.start(waiting)
-      answering.then(reply => {
+      const answered = (reply: Buffer): void => {
         const length = Buffer.isBuffer(reply) ? reply.length : -1
         if (length !== GRANT_BYTES && length !== REFUSAL_BYTES) {
           // Another script under this command's name (another version of this store on the same
@@ -168,10 +171,43 @@ export class RedisPace implements SharedPace {
           resolve(refusedByRedis(reply.readDoubleLE(0)))
         }
         store._answered(this, redisKey, outage)
-      }, (err: Error) => {
-        if (deadlines.answer(waiting)) this.#failed(redisKey, local, err, resolve)
+      }
+      answering.then(answered, (err: Error) => {
+        if (waiting.done) return
+        if (isResendable(err)) this.#resend(redisKey, waiting, answered, local, resolve)
+        else if (deadlines.answer(waiting)) this.#failed(redisKey, local, err, resolve)
       })
     })
+  }
+
+  /**
+   * The reservation for `redisKey` came back unrun, still within its deadline: redirected (MOVED
+   * or ASK), or refused by ioredis before it was sent (see `isResendable`). It is sent again as a
+   * command of its own, which ioredis follows to the node a redirection names (correcting its slot
+   * map on a MOVED, and sending ASKING first on an ASK), and whose answer is the request's, as the
+   * first one's would have been. ioredis 5 hands a redirection back to a command of an
+   * auto-pipelined batch that mixed slots (a failover or a resharding moved some of them); ioredis
+   * 6.1 resends such a command itself.
+   */
+  #resend (redisKey: string, waiting: ReserveWaiting, answered: (reply: Buffer) => void, local: Reservation | null, resolve: (reservation: PaceReservation) => void): void {
+    const failed = (err: Error): void => {
+      if (this.#deadlines.answer(waiting)) this.#failed(redisKey, local, err, resolve)
+    }
+    try {
+      const answering = this.#windowMs === null
+        ? this.#commands.exchangepaceReserveAloneBuffer(redisKey, this.#rate)
+        : this.#commands.exchangepaceReserveAloneBuffer(redisKey, this.#rate, this.#windowMs)
+      answering.then(answered, failed)
+    } catch (err) {
+      failed(err as Error)
+    }
+  }
+
+  /** `reservation` was decided without Redis's answer: counted, and returned. */
+  #alone (reservation: PaceReservation): PaceReservation {
+    if (reservation.granted) this.unanswered.granted++
+    else this.unanswered.refused++
+    return reservation
   }
 
   /**
@@ -205,7 +241,7 @@ export class RedisPace implements SharedPace {
    * throws must not leave it waiting).
    */
   #failed (redisKey: string, local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
-    resolve(local ?? this.#unavailable)
+    resolve(this.#alone(local ?? this.#unavailable))
     this.#store._failed(redisKey, err, this.#log)
   }
 

@@ -352,15 +352,37 @@ export const GRANT_BYTES = 40
  */
 export interface PaceCommands {
   exchangepaceReserveBuffer (key: string, rate: number, windowMs?: number): Promise<Buffer>
+  /** The reserve, never auto-pipelined: a command of its own, whose redirections ioredis follows (see `defineCommands`). */
+  exchangepaceReserveAloneBuffer (key: string, rate: number, windowMs?: number): Promise<Buffer>
   exchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs?: number): Promise<number>
   exchangepaceInspectBuffer (key: string): Promise<Buffer>
   exchangepaceReset (key: string): Promise<number>
   exchangepaceBlockBuffer (key: string, ms: number): Promise<Buffer>
 }
 
-/** Defines the scripts on `client` as commands, and returns it as what calls them. */
+/** What the store reads of a Cluster's options: the commands it never auto-pipelines. */
+interface PipeliningOptions {
+  readonly isCluster?: boolean
+  options?: { autoPipeliningIgnoredCommands?: readonly string[] | undefined }
+}
+
+/**
+ * Defines the scripts on `client` as commands, and returns it as what calls them. The reserve is
+ * defined twice, under one script (one SHA, one entry in Redis's script cache): as
+ * `exchangepaceReserve`, which goes as the client's options say, and as `exchangepaceReserveAlone`,
+ * which a Cluster client never auto-pipelines (its name is added to the client's own
+ * `autoPipeliningIgnoredCommands`, a new array: ioredis shares the default one between clients).
+ * ioredis 5 follows a MOVED or ASK only for a command sent on its own, or a batch all of whose
+ * commands were redirected alike; a reservation that got one handed back from a mixed batch is
+ * resent as the latter (see `RedisPace`), which ioredis then follows, correcting its slot map.
+ */
 export function defineCommands (client: RedisClientLike): PaceCommands {
   client.defineCommand('exchangepaceReserve', { numberOfKeys: 1, lua: RESERVE })
+  client.defineCommand('exchangepaceReserveAlone', { numberOfKeys: 1, lua: RESERVE })
+  const cluster = client as PipeliningOptions
+  if (cluster.isCluster === true && cluster.options !== undefined) {
+    cluster.options.autoPipeliningIgnoredCommands = [...(cluster.options.autoPipeliningIgnoredCommands ?? []), 'exchangepaceReserveAlone']
+  }
   client.defineCommand('exchangepaceRefund', { numberOfKeys: 1, lua: REFUND })
   client.defineCommand('exchangepaceInspect', { numberOfKeys: 1, lua: INSPECT })
   client.defineCommand('exchangepaceReset', { numberOfKeys: 1, lua: RESET })

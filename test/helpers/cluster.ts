@@ -106,8 +106,10 @@ export interface TestCluster {
  * has them meet: faster than `redis-cli --cluster create`, which waits a second at a time for the
  * nodes to agree. Resolves once every node reports the cluster ok with all three masters known.
  * Failure detection is left at its default (15 s), longer than any test keeps a master paused.
+ * `ClientClass`: the ioredis `Cluster` constructor its clients are made with (default: this
+ * package's ioredis 5; the tests also run ioredis 6, as the devDependency ioredis6).
  */
-export async function startCluster (tt: typeof t, binary: ServerBinary): Promise<TestCluster> {
+export async function startCluster (tt: typeof t, binary: ServerBinary, ClientClass: typeof Cluster = Cluster): Promise<TestCluster> {
   const dir = scratch(tt)
   const masters = await Promise.all([0, 1, 2].map(() => startServer(tt, binary, dir, port =>
     ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`)])))
@@ -130,7 +132,7 @@ export async function startCluster (tt: typeof t, binary: ServerBinary): Promise
   const clients: Cluster[] = []
   tt.teardown(() => { for (const client of clients) client.disconnect() })
   const client = (options: ClusterOptions = {}): Cluster => {
-    const cluster = new Cluster(masters.map(({ port }) => ({ host: '127.0.0.1', port })), options)
+    const cluster = new ClientClass(masters.map(({ port }) => ({ host: '127.0.0.1', port })), options)
     clients.push(cluster)
     return cluster
   }
