@@ -28,6 +28,10 @@
 //                  the same two on Redis (127.0.0.1:6379, or REDIS_URL): exchangepace's RedisStore
 //                  and @fastify/rate-limit's Redis store, each with its own ioredis client with
 //                  auto-pipelining on
+//   exchangepace-redis-three
+//                  the README's recommended token route on the RedisStore: a failure budget per
+//                  (client id, source), an exchange pace per client id, a ceiling per source, each
+//                  at a rate nobody reaches (bench/latency.js)
 //
 // Routes: POST /token at `perSecond` (default: a rate nobody reaches, so no request is refused),
 // and POST /token-tight at `tightPerSecond` (default 1/s), for the 429 path.
@@ -38,8 +42,10 @@ import rateLimit from '@fastify/rate-limit'
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 
-export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'floor-429', 'headers', 'exchangepace', 'exchangepace-hook', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis', 'unpaced', 'unpaced-read']
+export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'floor-429', 'headers', 'exchangepace', 'exchangepace-hook', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis', 'exchangepace-redis-three', 'unpaced', 'unpaced-read']
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+/** The RedisStore's `timeoutMs` (REDIS_TIMEOUT_MS), or its default: the latency part sets one no answer reaches. */
+const REDIS_TIMEOUT_MS = process.env.REDIS_TIMEOUT_MS === undefined ? undefined : Number(process.env.REDIS_TIMEOUT_MS)
 
 export const CLIENT_ID = 'reporting'
 export const CLIENT_SECRET = 'reporting-secret'
@@ -152,7 +158,7 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
   if (kind === 'exchangepace' || kind.startsWith('unpaced')) await app.register(exchangePace, now === undefined ? {} : { now })
   if (kind === 'exchangepace-hook') await app.register(exchangePace, { onEvent: countEvent })
   if (kind === 'ratelimit') await app.register(rateLimit, rateLimitStore === undefined ? { global: false } : { global: false, store: rateLimitStore })
-  if (kind === 'exchangepace-redis') await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:' }) })
+  if (kind.startsWith('exchangepace-redis')) await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:', timeoutMs: REDIS_TIMEOUT_MS }) })
   if (kind === 'ratelimit-redis') await app.register(rateLimit, { global: false, redis: redisClient(app), nameSpace: 'bench:ratelimit:' })
 
   const route = (url, rate) => {
@@ -166,6 +172,13 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
       options.preHandler = noop
       options.onSend = fixedQuotaHeaders(url, rate)
       if (kind === 'floor-429') options.schema = { response: RESPONSE_429 }
+    } else if (kind === 'exchangepace-redis-three') {
+      options.config.pace = [
+        // Refunded on every accepted exchange; a RedisStore counts at most 2^16 per window other than a second.
+        { limit: 60_000, window: 3600, key: ['client', 'source'], spend: 'rejected' },
+        { perSecond: rate, key: 'client', spend: 'accepted' },
+        { perSecond: rate, key: 'source', spend: 'every' }
+      ]
     } else if (kind.startsWith('exchangepace')) {
       options.config.pace = { perSecond: rate, key: 'client', spend: 'accepted' }
     } else if (kind.startsWith('ratelimit')) {

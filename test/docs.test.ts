@@ -43,7 +43,7 @@ app.post('/token', { config: { pace: { perSecond: 5, key: 'client', spend: 'acce
 \`\`\``, /TS2\d+: [^]*'outcom' does not exist/],
   ['a wrong value', `\`\`\`js prelude=app
 app.get('/authorize', { config: { pace: { perSecond: 10, key: 'source', spend: 'always' } } }, async () => 'ok')
-\`\`\``, /TS2\d+: [^]*spend: "always"/],
+\`\`\``, /TS2\d+: Type '"always"' is not assignable to [^]*spend must be 'accepted', 'rejected' or 'every'/],
   ['a name no prelude gives', `\`\`\`ts prelude=app
 app.post('/token', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted' } } }, async (request) => authenticateClient(request))
 \`\`\``, /TS2304: Cannot find name 'authenticateClient'/]
@@ -75,6 +75,19 @@ t.test('a block written wrong fails the check, at its line in the Markdown', asy
       t.match(found[0], new RegExp(`^\\(${name}\\):\\d+:\\d+ TS`), 'located in its file')
     }
   }
+})
+
+t.test('docs/reference.md names every export of the published package in its table of exports', async t => {
+  const entry = join(repo, 'dist', 'index.d.ts')
+  const program = ts.createProgram([entry], { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, types: [] })
+  const checker = program.getTypeChecker()
+  const exported = checker.getExportsOfModule(checker.getSymbolAtLocation(program.getSourceFile(entry)!)!).map(symbol => symbol.name).filter(name => name !== 'default')
+  const reference = readFileSync(join(repo, 'docs', 'reference.md'), 'utf8')
+  const table = reference.slice(reference.indexOf('| export | what it is |'), reference.indexOf('## Limits, in detail'))
+  const named = new Set([...table.matchAll(/^\| ([^|]+) \|/gm)].flatMap(row => [...row[1].matchAll(/`(\w+)`/g)].map(match => match[1])))
+  t.ok(exported.length >= 30, `${exported.length} exports`)
+  t.same(exported.filter(name => !named.has(name)), [], 'every export has a row')
+  t.same([...named].filter(name => !exported.includes(name) && name !== 'export'), [], 'and every row an export')
 })
 
 t.test('fences: a fragment, another language, and what the convention refuses', async t => {

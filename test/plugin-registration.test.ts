@@ -351,3 +351,54 @@ t.test('an option of a route\'s pace set to undefined is as good as missing, wha
   await app.ready()
   t.ok(app.pace.get('/token'), 'the default name')
 })
+
+/** An app whose log lines at error and above are kept, as objects. */
+function loggedApp (tt: TapTest): { app: FastifyInstance, errors: Array<Record<string, unknown>> } {
+  const errors: Array<Record<string, unknown>> = []
+  const app = Fastify({ logger: { level: 'error', stream: { write: (line: string) => { errors.push(JSON.parse(line)) } } } })
+  tt.teardown(() => app.close())
+  return { app, errors }
+}
+
+t.test('a route declaring config.pace added before the plugin loaded is never served: 500, and its route logged once', async t => {
+  const { app, errors } = loggedApp(t)
+  let ran = 0
+  let handled: Error | null = null
+  app.setErrorHandler((error, _request, reply) => { handled = error; return reply.code(500).send({ error: 'server_error' }) })
+  app.register(exchangePace) // not awaited: the routes below are added before it loads
+  app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, async () => { ran++; return { ok: true } })
+  app.get('/plain', async () => 'plain')
+  await app.ready()
+  const token = () => app.inject({ method: 'POST', url: '/token', payload: { client_id: 'c' } })
+  t.same([(await token()).statusCode, (await token()).statusCode], [500, 500], 'neither request served, rate or no rate')
+  t.equal(ran, 0, 'the handler never ran')
+  t.match(handled, { message: /^exchangepace: route POST \/token declares config.pace but was added before exchangepace loaded, so it is not paced/ }, 'the app\'s error handler is told why')
+  t.same(errors.filter(line => line.route === 'POST /token').length, 1, 'logged at error once, naming the route')
+  t.equal((await app.inject('/plain')).statusCode, 200, 'a route without a pace is served as ever')
+  t.same(app.pace.names(), [])
+})
+
+t.test('routes added before the plugin loaded, none of them paced: they and the later paced routes are served as ever', async t => {
+  const { app, errors } = loggedApp(t)
+  app.get('/early', async () => 'early')
+  await app.register(exchangePace)
+  app.post('/token', { config: { pace: { perSecond: 1, key: 'client', spend: 'accepted' } } }, ok)
+  await app.ready()
+  t.equal((await app.inject('/early')).statusCode, 200)
+  const token = () => app.inject({ method: 'POST', url: '/token', payload: { client_id: 'c' } })
+  t.same([(await token()).statusCode, (await token()).statusCode], [200, 429], 'the paced route added after it is paced')
+  t.same(errors, [])
+})
+
+t.test('registered before any route, the plugin adds no hook to the routes it does not pace', async t => {
+  for (const early of [false, true]) {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    if (early) app.get('/early', ok)
+    await app.register(exchangePace)
+    app.get('/plain', ok)
+    await app.ready()
+    const hooks = app.printRoutes({ includeHooks: true, commonPrefix: false })
+    t.equal(hooks.includes('refuseUnseenRoute'), early, early ? 'a route was there before it: the guard is added' : 'no route before it: no hook at all')
+  }
+})

@@ -1,6 +1,6 @@
 import t from 'tap'
-import Fastify, { type FastifyInstance } from 'fastify'
-import exchangePace, { PaceTicket, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
+import type { FastifyInstance } from 'fastify'
+import { PaceTicket, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
 import { build, form } from './shared-behaviour.js'
 
 /**
@@ -118,15 +118,6 @@ t.test('a request no route matched has an inert ticket in the not-found handler'
   })
   const response = await app.inject('/nowhere')
   t.same([response.statusCode, response.json()], [404, { paced: false }])
-})
-
-t.test('a route declared with config.pace before the plugin loaded is not paced, and its ticket says so', async t => {
-  const app = Fastify()
-  t.teardown(() => app.close())
-  app.post('/early', { config: { pace: CLIENT_1 } }, async (request) => ({ paced: request.pace.paced }))
-  await app.register(exchangePace)
-  t.same((await app.inject({ method: 'POST', url: '/early' })).json(), { paced: false })
-  t.same(app.pace.names(), [])
 })
 
 t.test('the config the app gave a paced route is left as it was', async t => {

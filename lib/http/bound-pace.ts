@@ -4,6 +4,7 @@ import type { PaceRegistry } from '../operator/registry.js'
 import type { Lane, NamedPace } from '../operator/named-pace.js'
 import type { KeyReader, KeyReaders } from './request-keys.js'
 import type { PaceRule } from './route-config.js'
+import type { HeldReservation } from './ticket.js'
 
 /** A route's pace bound to its named pace, with its key reader, header items and counts. */
 export interface BoundPace extends Observed {
@@ -19,6 +20,12 @@ export interface BoundPace extends Observed {
   readonly quota: QuotaItems
   /** The header items of `lane`, one of the named pace's (the declared one's are `quota`). */
   quotaOf: (lane: Lane) => QuotaItems
+}
+
+/** A unit a request holds from a bound pace: the reservation, with the header items of its lane, and the pace for the observer. */
+export interface Holding extends HeldReservation {
+  readonly quota: QuotaItems
+  readonly bound: BoundPace
 }
 
 /** What binding a route's paces needs from the plugin instance. */

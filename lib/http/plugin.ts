@@ -6,10 +6,12 @@ import { checkOptions, type ExchangePaceOptions } from './options.js'
 import { PaceRegistry } from '../operator/registry.js'
 import { KeyReaders } from './request-keys.js'
 import { decorateTickets, markPaced } from './request-ticket.js'
-import { reserveAll, type ReserveStep } from './reserve-hook.js'
+import { RequestPaces, reserveAll, type ReserveStep } from './reserve-hook.js'
 import { describeRoute } from './route-description.js'
-import { paceRules, type PaceRouteOptions } from './route-config.js'
+import type { PaceConfig } from './pace-config.js'
+import { paceRules } from './route-config.js'
 import { beforeSend, settleOnError } from './settle-hooks.js'
+import { guardUnseenRoutes } from './unseen-routes.js'
 import type { PaceTicket } from './ticket.js'
 import { warnOfTrustProxy } from './trust-proxy.js'
 
@@ -29,15 +31,16 @@ declare module 'fastify' {
     readonly pace: PaceTicket
   }
   interface FastifyContextConfig {
-    /** Paces this route spends from (exchangepace). */
-    pace?: PaceRouteOptions | readonly PaceRouteOptions[] | undefined
+    /** Paces this route spends from (exchangepace): one, or an array (see `PaceConfig`). */
+    pace?: PaceConfig<this> | undefined
   }
 }
 
 /**
  * Registers the plugin: checks its options, decorates `fastify.pace` and `request.pace`, and adds
  * the hooks to each route that declares `config.pace` as the route is added. Routes without a pace
- * get no hook, and pay nothing unless they read `request.pace` (see request-ticket.ts).
+ * get no hook, and pay nothing unless they read `request.pace` (see request-ticket.ts); a route
+ * that declares one but was added before the plugin loaded is refused (see unseen-routes.ts).
  */
 function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOptions, done: (err?: Error) => void): void {
   let checked: ReturnType<typeof checkOptions>
@@ -50,10 +53,11 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   const observer = new Observer(checked.onEvent, checked.logClientIds, fastify.log)
   const registry = new PaceRegistry({ now, store, ipv6Subnet, maxKeyLength, log: fastify.log, observer })
   const binding: Binding = { registry, readers: new KeyReaders(ipv6Subnet, maxKeyLength, fastify.log) }
-  const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer }
+  const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer, shared: store !== undefined }
   let pacedBySource = false
   fastify.decorate('pace', registry)
-  decorateTickets(fastify, answering.observer)
+  decorateTickets(fastify, request => new RequestPaces(observer, request))
+  guardUnseenRoutes(fastify)
 
   fastify.addHook('onRoute', function paceRoute (this: FastifyInstance, routeOptions: RouteOptions) {
     const config = routeOptions.config?.pace
@@ -77,23 +81,24 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   done()
 }
 
-/** What every reserving hook of the plugin instance shares: the 429 body's builder and the observer. */
-type Answering = Pick<ReserveStep, 'refusalBody' | 'observer'>
+/** What every reserving hook of the plugin instance shares: the 429 body's builder, the observer and where the paces live. */
+type Answering = Pick<ReserveStep, 'refusalBody' | 'observer' | 'shared'>
 
 /**
  * Puts the plugin's hooks before the route's own (reserving) and after them (settling): `early`
- * paces reserve in onRequest, `late` ones in preHandler; a route with late paces also settles in
- * onSend and onError. A route with early paces only commits in its onRequest hook and gets no
- * other (see `ReserveStep.commits`).
+ * paces reserve in onRequest, `late` ones in preHandler, which on a shared store also awaits the
+ * early ones (see `ReserveStep.waits`); a route with late paces also settles in onSend and
+ * onError. A route with early paces only commits in its onRequest hook and gets no other (see
+ * `ReserveStep.commits`).
  */
 function addHooks (routeOptions: RouteOptions, early: ReserveStep['paces'], late: ReserveStep['paces'], answering: Answering): void {
   const commits = late.length === 0
   if (early.length > 0) {
-    const step: ReserveStep = { paces: early, commits, ...answering }
+    const step: ReserveStep = { paces: early, commits, waits: commits, ...answering }
     routeOptions.onRequest = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.onRequest)]
   }
   if (commits) return
-  const step: ReserveStep = { paces: late, commits: false, ...answering }
+  const step: ReserveStep = { paces: late, commits: false, waits: true, ...answering }
   routeOptions.preHandler = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.preHandler)]
   routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
   routeOptions.onError = [...hookList(routeOptions.onError), settleOnError]

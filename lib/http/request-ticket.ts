@@ -1,6 +1,6 @@
-import type { FastifyContextConfig, FastifyInstance, FastifyRequest } from 'fastify'
-import type { Holding } from './reserve-hook.js'
-import { PaceTicket, type RefundListener } from './ticket.js'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { Holding } from './bound-pace.js'
+import { PaceTicket } from './ticket.js'
 
 /**
  * `request.pace`: a ticket on every request, kept in a slot of the request's own that the plugin's
@@ -23,12 +23,15 @@ const kPaced = Symbol('exchangepace.paced')
 /** A request seen through its slot. */
 export type SlottedRequest = FastifyRequest & { [kTicket]: PaceTicket<Holding> | null }
 
-/** Decorates requests with the slot and the `request.pace` getter; `listener` hears of refunds, as the hooks' tickets' does. */
-export function decorateTickets (fastify: FastifyInstance, listener: RefundListener<Holding>): void {
+/** Makes the ticket of a request on a paced route, the kind the plugin's hooks fill. */
+export type PacedTicket = (request: FastifyRequest) => PaceTicket<Holding>
+
+/** Decorates requests with the slot and the `request.pace` getter; `paced` makes a paced route's ticket, as the hooks do. */
+export function decorateTickets (fastify: FastifyInstance, paced: PacedTicket): void {
   fastify.decorateRequest(kTicket, null)
   fastify.decorateRequest('pace', {
     getter (this: FastifyRequest): PaceTicket {
-      return (this as SlottedRequest)[kTicket] ?? firstTicket(this as SlottedRequest, listener)
+      return (this as SlottedRequest)[kTicket] ?? firstTicket(this as SlottedRequest, paced)
     }
   })
 }
@@ -38,17 +41,22 @@ export function decorateTickets (fastify: FastifyInstance, listener: RefundListe
  * and the pace's hook if one comes, sees the same: on a route the plugin paces, a ticket like the
  * hook's (holding nothing yet); on any other, an inert one.
  */
-function firstTicket (request: SlottedRequest, listener: RefundListener<Holding>): PaceTicket {
-  const paced = (request.routeOptions.config as MarkedConfig)[kPaced] === true
-  const ticket = paced ? new PaceTicket<Holding>(listener, request) : new PaceTicket<Holding>(null, null, false)
+function firstTicket (request: SlottedRequest, paced: PacedTicket): PaceTicket {
+  const ticket = isPaced(request.routeOptions.config) ? paced(request) : new PaceTicket<Holding>(null, null, false)
   request[kTicket] = ticket
   return ticket
 }
 
-type MarkedConfig = FastifyContextConfig & { [kPaced]?: true }
+/** A route's config seen for the mark alone. */
+interface MarkedConfig { readonly [kPaced]?: true }
 
-/** The config a paced route is added with: `config` and the mark that the plugin paces it. */
-export function markPaced (config: FastifyContextConfig | undefined): FastifyContextConfig {
-  const marked: MarkedConfig = { ...config, [kPaced]: true }
-  return marked
+/** Whether the plugin paces the route of `config` (`config.pace` alone is also on a route it never saw). */
+export function isPaced (config: object): boolean {
+  return (config as MarkedConfig)[kPaced] === true
+}
+
+/** The config a paced route is added with: `config` and the mark that the plugin paces it (a copy: the app's object is not changed). */
+export function markPaced<Config extends object> (config: Config | undefined): Config {
+  const marked: MarkedConfig = { [kPaced]: true }
+  return Object.assign(marked, config) as Config
 }

@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
-import type { BoundPace } from './bound-pace.js'
+import type { BoundPace, Holding } from './bound-pace.js'
 import { InvalidRequest } from '../keys/parse.js'
 import type { Observer } from './observer.js'
 import type { PaceRefusal } from './options.js'
@@ -8,19 +8,13 @@ import { refuse, sendInvalidRequest } from './refusals.js'
 import type { Lane } from '../operator/named-pace.js'
 import { kTicket, type SlottedRequest } from './request-ticket.js'
 import type { PaceReservation, SharedPace } from '../store.js'
-import { PaceTicket, type HeldReservation } from './ticket.js'
+import { PaceTicket } from './ticket.js'
 
 /**
- * The hook that reserves before the handler (preHandler; onRequest for source paces spent on every
- * request): one unit from each of its paces, all or nothing, onto the request's ticket (`request.pace`,
- * read here through its slot: see request-ticket.ts).
+ * The hooks that reserve before the handler (preHandler; onRequest for source paces spent on every
+ * request): one unit from each of a route's paces, all or nothing, onto the request's ticket
+ * (`request.pace`, read here through its slot: see request-ticket.ts).
  */
-
-/** A held reservation, with its pace's header items, and the pace for the observer. */
-export interface Holding extends HeldReservation {
-  readonly quota: QuotaItems
-  readonly bound: BoundPace
-}
 
 /**
  * The paces one hook reserves. `commits`: every one of them is a source pace spent on every
@@ -31,110 +25,257 @@ export interface Holding extends HeldReservation {
 export interface ReserveStep {
   readonly paces: readonly BoundPace[]
   readonly commits: boolean
+  /**
+   * The paces live in a shared store, which answers later (a Promise); otherwise in this
+   * replica's memory, which answers at once. One store serves every pace of a plugin instance.
+   */
+  readonly shared: boolean
+  /**
+   * The hook waits for the shared store's answers before the request goes on. Every hook does but
+   * an onRequest hook followed by a preHandler one: it sends its paces' reservations as the
+   * request arrives and the preHandler awaits them with its own, so that a request waits for the
+   * store once.
+   */
+  readonly waits: boolean
   readonly refusalBody: (request: FastifyRequest, refusal: PaceRefusal) => object
   readonly observer: Observer
 }
 
-/**
- * Reserves one unit from each pace of `step` for `request`, all or nothing: when one refuses or a
- * key is malformed, what this hook took is refunded and the request is answered here. In-process
- * paces answer synchronously, so the common path allocates no promise; a shared store's answer
- * continues the same loop from where it stopped.
- */
+/** The hook: reserves `step`'s paces for `request`, on the request's ticket (made here if nothing read it yet). */
 export function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
   const slotted = request as SlottedRequest
-  let ticket = slotted[kTicket]
-  if (ticket === null) {
-    ticket = new PaceTicket<Holding>(step.observer, request)
-    slotted[kTicket] = ticket
-  }
-  reserveFrom(step, 0, ticket, ticket.held.length, request, reply, next)
+  const paces = (slotted[kTicket] ?? (slotted[kTicket] = new RequestPaces(step.observer, request))) as RequestPaces
+  if (step.shared) paces.ask(step, reply, next)
+  else paces.reserve(step, reply, next)
 }
 
-function reserveFrom (step: ReserveStep, start: number, ticket: PaceTicket<Holding>, first: number,
-  request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
-  const paces = step.paces
-  for (let i = start; i < paces.length; i++) {
-    const bound = paces[i]
-    let key: string | undefined
-    let lane = bound.lane
-    try {
-      key = bound.readKey(request)
-      if (bound.rated && key !== undefined) lane = bound.named.laneOf(key)
-    } catch (err) {
-      giveBack(step, ticket, first)
-      if (!(err instanceof InvalidRequest)) return next(err as Error)
-      step.observer.invalid(request, bound, err.message)
-      return sendInvalidRequest(reply, err.message)
-    }
-    if (key === undefined) continue
-    if (lane.shared !== null) return reserveShared(step, i, ticket, first, bound, lane, key, request, reply, next)
-    if (!hold(step, ticket, first, bound, lane, key, lane.pace.reserve(key), request, reply)) return
-  }
-  if (step.commits) {
-    writeQuota(reply, ticket.held, null, null)
-    ticket._settle()
-  }
-  next()
+/** One unit a request asked a shared store for, and the store's answer. */
+class Asked {
+  /** The store's reservation; null until it answers, and when it failed. */
+  answer: PaceReservation | null = null
+  /** The store's error, when it rejected or threw. */
+  failure: Error | null = null
+
+  constructor (readonly step: ReserveStep, readonly bound: BoundPace, readonly lane: Lane, readonly key: string) {}
 }
 
-/** Reserves from the shared store's pace of `step.paces[i]`, then goes on with the next pace. */
-function reserveShared (step: ReserveStep, i: number, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, lane: Lane, key: string,
-  request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
-  let answer: Promise<PaceReservation>
-  try {
-    answer = (lane.shared as SharedPace).reserve(key)
-  } catch (err) {
-    // A store of one's own that throws instead of rejecting is taken as rejecting.
-    answer = Promise.reject(err)
+/**
+ * `request.pace` on a route the plugin paces, with the reserve path's state for the request: the
+ * reply its answers go through, the hook at work, and on a shared store the units asked and not
+ * yet resolved. One object per request, made by the first hook or read of `request.pace`.
+ *
+ * A hook's units are all or nothing: when one is refused, its key is malformed or the store fails,
+ * every unit of that hook's paces (and of a later hook's) goes back and the request is answered
+ * here; an earlier hook's units stay, and so does the order of `held`, the route's.
+ *
+ * In this replica's memory a hook reserves its paces one after the other, each answered at once:
+ * no Promise is made (docs/design.md). On a shared store every unit a hook needs is asked at once,
+ * and a hook that waits resolves them all when the last answer is in: a request waits for the
+ * store once, however many paces its route has, and the refusal it gets is the one it would have
+ * got had they been asked in turn (the first in the route's order).
+ */
+export class RequestPaces extends PaceTicket<Holding> {
+  readonly #request: FastifyRequest
+  readonly #observer: Observer
+  #reply: FastifyReply | null = null
+  /** The hook at work: its step, how the request goes on, and where its units start in `held` (what it gives back). */
+  #step: ReserveStep | null = null
+  #next: HookHandlerDoneFunction | null = null
+  #first = 0
+  /** On a shared store: the units asked, in the route's order; from `#resolved` on, neither held nor given back. */
+  #asked: Asked[] | null = null
+  #resolved = 0
+  /** Answers still awaited, and whether a hook waits for them. */
+  #pending = 0
+  #waiting = false
+
+  /** @internal Made for a request on a paced route; `observer` hears of every decision. */
+  constructor (observer: Observer, request: FastifyRequest) {
+    super(observer, request)
+    this.#request = request
+    this.#observer = observer
   }
-  answer.then(reservation => {
-    // The request was answered while the store decided (a handler timeout): its ticket was
-    // settled without this unit, which is settled now by the same rule. A refusal changes
-    // nothing: the answer is already on its way.
-    if (ticket.settled) {
-      if (!reservation.granted) return
+
+  /** @internal Reserves `step`'s paces in this replica's memory, one after the other, and answers or goes on at once. */
+  reserve (step: ReserveStep, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+    this.#work(step, reply, next)
+    const held = this._held
+    const request = this.#request
+    for (const bound of step.paces) {
+      let key: string | undefined
+      let lane: Lane
+      try {
+        key = bound.readKey(request)
+        if (key === undefined) continue
+        lane = bound.rated ? bound.named.laneOf(key) : bound.lane
+      } catch (err) {
+        return this.#malformed(bound, err as Error)
+      }
+      const reservation = lane.pace.reserve(key)
+      if (!reservation.granted) return this.#refuse(bound, lane, key, reservation)
       bound.counts.granted++
-      ticket._holdLate(holding(bound, lane, key, reservation))
+      held.push(holding(bound, lane, key, reservation))
+    }
+    this.#goOn()
+  }
+
+  /**
+   * @internal Asks the shared store for a unit of each of `step`'s paces at once, every key read
+   * first (a malformed one is answered before anything is asked); then waits for every answer
+   * asked so far, this hook's and an earlier one's, or, for a hook that does not wait, goes on.
+   */
+  ask (step: ReserveStep, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+    this.#work(step, reply, next)
+    const asked = this.#asked ??= []
+    const start = asked.length
+    const request = this.#request
+    for (const bound of step.paces) {
+      let key: string | undefined
+      let lane: Lane
+      try {
+        key = bound.readKey(request)
+        if (key === undefined) continue
+        lane = bound.rated ? bound.named.laneOf(key) : bound.lane
+      } catch (err) {
+        asked.length = start
+        return this.#malformed(bound, err as Error)
+      }
+      asked.push(new Asked(step, bound, lane, key))
+    }
+    for (let i = start; i < asked.length; i++) this.#send(asked[i])
+    if (!step.waits) return next()
+    this.#waiting = true
+    if (this.#pending === 0) this.#resolve()
+  }
+
+  /** Makes `step` the hook at work. */
+  #work (step: ReserveStep, reply: FastifyReply, next: HookHandlerDoneFunction): void {
+    this.#reply = reply
+    this.#step = step
+    this.#next = next
+    this.#first = this._held.length
+  }
+
+  /** Sends the reservation of `unit` to the store; a store of one's own that throws instead of rejecting is taken as rejecting. */
+  #send (unit: Asked): void {
+    let answer: Promise<PaceReservation>
+    try {
+      answer = (unit.lane.shared as SharedPace).reserve(unit.key)
+    } catch (err) {
+      answer = Promise.reject(err)
+    }
+    this.#pending++
+    answer.then(reservation => { this.#answered(unit, reservation, null) }, (err: Error) => { this.#answered(unit, null, err) })
+  }
+
+  /**
+   * The store answered for `unit`. The request may have been answered meanwhile (a handler
+   * timeout, or a validation error before the preHandler): its ticket was settled without this
+   * unit, which is held and settled now by the same rule; a refusal changes nothing, the answer
+   * is on its way. Otherwise the last answer a hook waits for resolves them.
+   */
+  #answered (unit: Asked, reservation: PaceReservation | null, failure: Error | null): void {
+    this.#pending--
+    unit.answer = reservation
+    unit.failure = failure
+    const granted = reservation !== null && reservation.granted
+    if (granted) unit.bound.counts.granted++
+    if (this.settled) {
+      if (granted) this._holdLate(holding(unit.bound, unit.lane, unit.key, reservation))
       return
     }
-    // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an
-    // unhandled rejection: it fails the request as it does on the in-memory path.
+    if (this.#pending > 0 || !this.#waiting) return
+    const next = this.#next as HookHandlerDoneFunction
+    // Here, unlike in the hook itself, a throw (an errorResponseBuilder's) would be an unhandled
+    // rejection: it fails the request as it does on the in-memory path.
     try {
-      if (hold(step, ticket, first, bound, lane, key, reservation, request, reply)) reserveFrom(step, i + 1, ticket, first, request, reply, next)
+      this.#resolve()
     } catch (err) {
       next(err as Error)
     }
-  }, (err: Error) => {
-    giveBack(step, ticket, first)
-    next(err)
-  })
-}
-
-/**
- * The hook answers the request itself (a refusal, a malformed key, an error): what it took, from
- * `first` on, goes back. A step that commits is on a route without the plugin's onSend and onError
- * hooks, so its ticket is settled now or never.
- */
-function giveBack (step: ReserveStep, ticket: PaceTicket<Holding>, first: number): void {
-  ticket._refundFrom(first)
-  if (step.commits) ticket._settle()
-}
-
-/** Keeps a granted unit on the ticket; on a refusal gives back this hook's units and answers 429. */
-function hold (step: ReserveStep, ticket: PaceTicket<Holding>, first: number, bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation,
-  request: FastifyRequest, reply: FastifyReply): boolean {
-  if (!reservation.granted) {
-    ticket.refused = true
-    giveBack(step, ticket, first)
-    step.observer.refused(request, bound, key, reservation.retryAfterMs)
-    const rule = lane === bound.lane ? bound.rule : { name: bound.name, refusal: bound.rule.refusal, ...lane }
-    refuse(request, reply, rule, laneQuota(bound, lane), reservation, ticket.held, step.refusalBody)
-    return false
   }
-  bound.counts.granted++
-  ticket.held.push(holding(bound, lane, key, reservation))
-  return true
+
+  /**
+   * Every answer is in: holds the units granted, in the route's order; or answers the first
+   * refusal or failure in that order, giving back the units of its hook and of any later one.
+   */
+  #resolve (): void {
+    this.#waiting = false
+    const asked = this.#asked as Asked[]
+    const held = this._held
+    let stop: Asked | null = null
+    let step: ReserveStep | null = null
+    for (let i = this.#resolved; i < asked.length; i++) {
+      const unit = asked[i]
+      if (unit.step !== step) {
+        step = unit.step
+        if (stop === null) this.#first = held.length
+      }
+      const answer = unit.answer
+      if (answer !== null && answer.granted) held.push(holding(unit.bound, unit.lane, unit.key, answer))
+      else stop ??= unit
+    }
+    this.#resolved = asked.length
+    if (stop === null) return this.#goOn()
+    if (stop.answer !== null) return this.#refuse(stop.bound, stop.lane, stop.key, stop.answer)
+    this.#giveBack()
+    ;(this.#next as HookHandlerDoneFunction)(stop.failure as Error)
+  }
+
+  /** Every unit of the hook at work is held: a hook that commits writes the quota headers and settles; the request goes on. */
+  #goOn (): void {
+    const step = this.#step as ReserveStep
+    if (step.commits) {
+      writeQuota(this.#reply as FastifyReply, this._held, null, null)
+      this._settle()
+    }
+    ;(this.#next as HookHandlerDoneFunction)()
+  }
+
+  /** The key of `bound` could not be read: 400 for a malformed declaration, the error (a 500) for anything else. */
+  #malformed (bound: BoundPace, err: Error): void {
+    this.#giveBack()
+    if (!(err instanceof InvalidRequest)) return (this.#next as HookHandlerDoneFunction)(err)
+    this.#observer.invalid(this.#request, bound, err.message)
+    sendInvalidRequest(this.#reply as FastifyReply, err.message)
+  }
+
+  /** `lane` of `bound`'s pace refused `key`: what the hook took goes back, and the request is answered 429 (or the pace's refusal). */
+  #refuse (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): void {
+    this._refused = true
+    this.#giveBack()
+    this.#observer.refused(this.#request, bound, key, reservation.retryAfterMs)
+    const rule = lane === bound.lane ? bound.rule : { name: bound.name, refusal: bound.rule.refusal, ...lane }
+    refuse(this.#request, this.#reply as FastifyReply, rule, laneQuota(bound, lane), reservation, this._held, (this.#step as ReserveStep).refusalBody)
+  }
+
+  /**
+   * The hook answers the request itself: its units, from `#first` on, go back. A hook that
+   * commits is on a route without the plugin's onSend and onError hooks, so its ticket is settled
+   * now or never.
+   */
+  #giveBack (): void {
+    this._refundFrom(this.#first)
+    if ((this.#step as ReserveStep).commits) this._settle()
+  }
+
+  /**
+   * @internal Settles (see `PaceTicket`). Units a shared store granted that no hook resolved yet,
+   * because the request was answered first, are held now and settled with the rest; those still
+   * awaited are held as they come.
+   */
+  override _settle (): void {
+    const asked = this.#asked
+    if (asked !== null && !this.settled) {
+      this.#waiting = false
+      for (let i = this.#resolved; i < asked.length; i++) {
+        const { answer, bound, lane, key } = asked[i]
+        if (answer !== null && answer.granted) this._held.push(holding(bound, lane, key, answer))
+      }
+      this.#resolved = asked.length
+    }
+    super._settle()
+  }
 }
 
 /** The unit `reservation` took from `lane` of `bound`'s pace under `key`, as a ticket holds it. */

@@ -20,8 +20,10 @@ import { kTicket, type SlottedRequest } from './request-ticket.js'
 export function beforeSend (request: FastifyRequest, reply: FastifyReply, payload: unknown, next: (err: Error | null, payload: unknown) => void): void {
   const ticket = (request as SlottedRequest)[kTicket]
   if (ticket !== null) {
-    if (!ticket.refused) writeQuota(reply, ticket.held, ticket.outcome, null)
+    // Settling first holds the units a shared store granted before the answer (see
+    // `RequestPaces._settle`); it changes nothing the headers read.
     ticket._send()
+    if (!ticket.refused) writeQuota(reply, ticket._held, ticket.outcome, null)
   }
   next(null, payload)
 }

@@ -45,14 +45,14 @@ export interface HeldReservation {
  * units spent.
  */
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
-  /** The units this request holds, in the order they were taken. */
-  readonly held: Held[] = []
+  /** @internal The units held, which the plugin's hooks add to (users read `held`). */
+  readonly _held: Held[] = []
   /** Whether the request's route is paced by the plugin: false on the inert ticket of any other route. */
   readonly paced: boolean
   readonly #listener: RefundListener<Held> | null
   readonly #request: unknown
-  /** Set when a pace refused the request: the handler did not run. */
-  refused = false
+  /** @internal Set by the plugin when a pace refuses the request. */
+  _refused = false
   #outcome: PaceOutcome = 'accepted'
   #settled = false
   /** The exchanges' units were refunded (the outcome was `'rejected'` at or after settlement). */
@@ -68,6 +68,16 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
     this.#listener = listener
     this.#request = request
     this.paced = paced
+  }
+
+  /** The units this request holds, in the order of its route's paces. */
+  get held (): readonly Held[] {
+    return this._held
+  }
+
+  /** Whether a pace refused the request: the handler did not run. */
+  get refused (): boolean {
+    return this._refused
   }
 
   /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
@@ -94,8 +104,9 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
    * quota must not be shown on the 400 or 5xx that follows).
    */
   _refundFrom (first: number): void {
-    for (let i = first; i < this.held.length; i++) this.#giveBack(this.held[i], null)
-    this.held.length = first
+    const held = this._held
+    for (let i = first; i < held.length; i++) this.#giveBack(held[i], null)
+    held.length = first
   }
 
   /** @internal Commits or refunds the exchanges' units, once. */
@@ -119,7 +130,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
    * has already refunded the others of its kind, and otherwise kept until it does.
    */
   _holdLate (held: Held): void {
-    this.held.push(held)
+    this._held.push(held)
     if (held.spend === 'accepted' ? this.#refunded : this.#failuresRefunded === true && held.spend === 'rejected') this.#giveBack(held, this.#outcome)
   }
 
@@ -129,7 +140,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
       if (this.#refunded) return
       this.#refunded = true
     }
-    for (const held of this.held) {
+    for (const held of this._held) {
       if (held.spend === spend) this.#giveBack(held, this.#outcome)
     }
   }

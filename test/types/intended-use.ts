@@ -53,11 +53,11 @@ app.post('/inline-budget', { config: { pace: { limit: 3, window: 60, key: ['clie
 // One pace on a route, written inline.
 app.post('/token', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } } }, async (request, reply) => {
   const ticket = request.pace
-  if (ticket.held.length === 0) {
+  const first = ticket.held[0]
+  if (first === undefined) {
     ticket.outcome = 'rejected'
     return reply.code(401).send({ error: 'invalid_client' })
   }
-  const first = ticket.held[0]
   const seen: { name: string, key: string, granted: boolean, remaining: number, settled: boolean } = {
     name: first.name,
     key: first.key,

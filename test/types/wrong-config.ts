@@ -1,7 +1,8 @@
 // Type test: wrong uses of exchangepace fail to compile. Each `@ts-expect-error` fails the build
 // if the line below it compiles.
 import Fastify from 'fastify'
-import exchangePace from 'exchangepace'
+import { Redis } from 'ioredis'
+import exchangePace, { RedisStore } from 'exchangepace'
 
 const app = Fastify()
 const handler = async () => ({ ok: true })
@@ -35,6 +36,21 @@ app.post('/w4', { config: { pace: { key: 'client', spend: 'rejected' } } }, hand
 
 // @ts-expect-error the pair is written ['client', 'source']
 app.post('/w5', { config: { pace: { limit: 10, window: 600, key: ['source', 'client'], spend: 'rejected' } } }, handler)
+
+// @ts-expect-error a misspelt field of a single pace: name
+app.post('/m1', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted', nmae: 'x' } } }, handler)
+
+// @ts-expect-error a misspelt field of a single pace: rateOf
+app.post('/m2', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted', rateof: () => 1 } } }, handler)
+
+// @ts-expect-error a misspelt field of a single pace: exceptGrantTypes
+app.post('/m3', { config: { pace: { limit: 5, window: 60, key: 'client', spend: 'accepted', exceptGrantType: ['urn:x'] } } }, handler)
+
+// @ts-expect-error a misspelt field of a single pace, through app.route
+app.route({ method: 'POST', url: '/m4', config: { pace: { perSecond: 5, key: 'source', spend: 'every', nmae: 'x' } }, handler })
+
+// @ts-expect-error a misspelt field of a pace in an array
+app.post('/m5', { config: { pace: [{ perSecond: 5, key: 'client', spend: 'accepted', nmae: 'x' }] } }, handler)
 
 // @ts-expect-error a pace is an object, not a string
 app.post('/d', { config: { pace: 'x' } }, handler)
@@ -88,3 +104,21 @@ app.get('/i', async (request) => { request.pace = null })
 
 // @ts-expect-error fastify.pace.get returns a Pace or undefined
 export const size = app.pace.get('/a').size
+
+// What the plugin's hooks use is not in the published types (stripInternal), and what a request
+// holds is read-only to the app.
+app.post('/internal', { config: { pace: { perSecond: 10, key: 'client', spend: 'accepted' } } }, async (request) => {
+  // @ts-expect-error settling is the plugin's
+  request.pace._settle()
+  // @ts-expect-error the units held are read-only
+  request.pace.held.push(...request.pace.held)
+  // @ts-expect-error whether a pace refused the request is the plugin's to say
+  request.pace.refused = true
+  return { ok: true }
+})
+
+// @ts-expect-error the store's bookkeeping is not in its published type
+export const tried = new RedisStore({ client: new Redis({ lazyConnect: true }) })._mayTry('key')
+
+// @ts-expect-error the registry declares paces for the plugin only
+export const declared = app.pace._declare
