@@ -52,8 +52,10 @@ t.test('installing the tarball prints no install-script warning, and the package
   const app = join(folder, 'app')
   execFileSync('mkdir', [app])
   writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }))
-  // Offline, from the cache `npm ci` filled; the peers (fastify, ioredis) are the app's to install.
-  const install = spawnSync('npm', ['install', '--offline', '--no-audit', '--no-fund', '--legacy-peer-deps', join(folder, `${manifest.name}-${manifest.version}.tgz`)], { cwd: app, encoding: 'utf8' })
+  // From the cache where it can: `npm ci` filled it with tarballs, but the dependencies' metadata,
+  // which an install by name needs, may not be there on a fresh machine. The peers (fastify,
+  // ioredis) are the app's to install.
+  const install = spawnSync('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--legacy-peer-deps', join(folder, `${manifest.name}-${manifest.version}.tgz`)], { cwd: app, encoding: 'utf8' })
   t.equal(install.status, 0, install.stderr)
   t.notMatch(install.stderr, /warn/i, 'npm warned of nothing')
   const loaded = execFileSync(process.execPath, ['--input-type=module', '-e', "const m = await import('exchangepace'); console.log(typeof m.default, typeof m.RedisStore)"], { cwd: app, encoding: 'utf8' })
