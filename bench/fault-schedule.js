@@ -23,7 +23,8 @@
 //   for each of its degradations the span meets plus `rate x t`, t the seconds of the span it was
 //   degraded (see `admissionBound`);
 // - every degradation (a replica's outage, from its warning to its "shared again" line) over
-//   within `retryMs` + 1 s of the end of the latest fault that began before it; none open at the end;
+//   within `retryMs` + 1 s of the end of its fault (the latest to end of the faults that began
+//   before it ended); none open at the end;
 // - the blocked client refused on every replica, every time;
 // - every "shared again" line true: from it to the replica's next warning (or the end), that
 //   replica decided no request without Redis's answer but the one its next warning is about.
@@ -49,7 +50,7 @@ export const SHAPE = { rate: 10, clients: 4, perReplica: 15, faults: 4, warmupMs
  * in order of their start. A latency is up to twice `timeoutMs` (so some time out and some do not).
  */
 export function faultSchedule (seed, { faults = SHAPE.faults, warmupMs = SHAPE.warmupMs, timeoutMs }) {
-  const rand = random(seed)
+  const rand = random(Math.imul(seed, 0x9e3779b1) ^ 0x85ebca6b) // neighbouring seeds, unrelated schedules
   const pick = list => list[Math.floor(rand() * list.length)]
   const schedule = []
   let at = warmupMs
@@ -79,6 +80,8 @@ async function startReplica ({ exchangePace, RedisStore, proxy, prefix, rate, ti
   const store = new RedisStore({ client, prefix, retryMs, ...(timeoutMs === undefined ? {} : { timeoutMs }) })
   const stream = {
     write (line) {
+      // Warnings and errors, and the lines that end an outage; not the requests' own.
+      if (!/"level":[456]0/.test(line) && !line.includes('shared by all replicas again')) return
       const entry = JSON.parse(line)
       // Read at the line: what this replica decided without Redis so far (the line's own request included).
       const counts = replica.app?.pace.counts(PACE)
@@ -157,140 +160,163 @@ export function admissionBound (rate, w, spansByReplica, from, to) {
   return rate * (w + 1) + rate + memory
 }
 
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
+
+/**
+ * Drives the run: the traffic on both replicas until `endMs` (and on while a replica is degraded, a
+ * stall of the process may begin one late, at most `retryMs` + 2 s more), the schedule's faults on
+ * the proxy, and a look for keys without expiry after each fault's end and at the end.
+ */
+async function drive ({ replicas, proxy, check, prefix, schedule, endMs, clients, perReplica, retryMs, now }) {
+  const seen = { statuses: {}, admitted: Array.from({ length: clients }, () => []), blockedAdmitted: 0, failed: 0 }
+  const pending = new Set()
+  const send = (replica, id, index) => {
+    const sending = replica.app.inject({ method: 'POST', url: PACE, headers: { authorization: basic(id) } }).then(response => {
+      const status = response.statusCode
+      seen.statuses[status] = (seen.statuses[status] ?? 0) + 1
+      if (status === 200 && index === -1) seen.blockedAdmitted++
+      else if (status === 200) seen.admitted[index].push(now())
+    }, () => { seen.failed++ }).finally(() => pending.delete(sending))
+    pending.add(sending)
+  }
+  const traffic = async () => {
+    const degraded = () => replicas.some(replica => replica.store.unavailable)
+    for (let at = now(); at < endMs || (degraded() && at < endMs + retryMs + 2000); at += 1000 / perReplica) {
+      await sleep(at - now())
+      for (const replica of replicas) {
+        for (let c = 0; c < clients; c++) send(replica, `client-${c}`, c)
+        send(replica, 'blocked', -1)
+      }
+    }
+  }
+  const expiryChecks = []
+  const faulting = async () => {
+    const ends = []
+    for (const { atMs, forMs, fault } of schedule) {
+      await sleep(atMs - now())
+      const id = await proxy.add(fault)
+      ends.push(sleep(forMs).then(async () => {
+        await proxy.remove(id)
+        expiryChecks.push(keysWithoutExpiry(check, prefix))
+      }))
+    }
+    await Promise.all(ends)
+  }
+  await Promise.all([traffic(), faulting()])
+  await Promise.all(pending)
+  expiryChecks.push(keysWithoutExpiry(check, prefix))
+  seen.noExpiry = [...new Set((await Promise.all(expiryChecks)).flat())]
+  return seen
+}
+
+/**
+ * The degradations' ends against their faults': the violations, and the latest end after its
+ * fault's. A degradation's fault is the latest to end of those that began before it ended: a fault
+ * that begins during a degradation holds it on.
+ */
+function lateEnds (spans, schedule, retryMs, violations) {
+  let worst = -Infinity
+  for (const span of spans) {
+    const before = schedule.filter(s => s.atMs <= span.endedMs)
+    const faultEndMs = before.length === 0 ? span.warnedMs : Math.max(...before.map(s => s.atMs + s.forMs))
+    const late = span.endedMs - Math.max(faultEndMs, span.warnedMs)
+    worst = Math.max(worst, late)
+    if (span.endedMs === Infinity) violations.push(`replica ${span.replica + 1}'s degradation from ${Math.round(span.warnedMs)} ms never ended`)
+    else if (late > retryMs + 1000) violations.push(`replica ${span.replica + 1}'s degradation from ${Math.round(span.warnedMs)} ms ended ${Math.round(late)} ms after its fault's end, more than retryMs + 1 s`)
+  }
+  return spans.length === 0 ? null : Math.round(worst)
+}
+
+/** Each "shared again" line against what its replica decided without Redis until its next warning (or the end). */
+function falseReturns (replicas, violations) {
+  replicas.forEach((replica, r) => {
+    const lines = replica.lines
+    lines.forEach((line, i) => {
+      if (!(line.level === 30 && line.msg.includes('shared by all replicas again'))) return
+      const next = lines.slice(i + 1).find(l => l.level === 40 && l.msg.includes('unavailable ('))
+      const counts = replica.app.pace.counts(PACE)
+      const untilNext = next === undefined ? counts.grantedWithoutStore + counts.refusedWithoutStore - line.alone : next.alone - line.alone - 1
+      if (untilNext > 0) violations.push(`replica ${r + 1} said "shared again" at ${Math.round(line.atMs)} ms, then decided ${untilNext} requests without Redis before ${next === undefined ? 'the end' : 'its next warning'}`)
+    })
+  })
+}
+
+/** Every client's admissions against `admissionBound` in every span between two of them: the violations, and the highest share of the bound. */
+function overBound (admitted, rate, timeoutMs, spansByReplica, violations) {
+  let worst = 0
+  admitted.forEach((times, c) => {
+    for (let i = 0; i < times.length; i++) {
+      for (let j = i; j < times.length; j++) {
+        const from = times[i] - timeoutMs
+        const w = (times[j] - from) / 1000
+        const bound = admissionBound(rate, w, spansByReplica, from, times[j])
+        const count = j - i + 1
+        worst = Math.max(worst, count / bound)
+        if (count > bound) {
+          const t = spansByReplica.map(spans => covered(spans, from, times[j]) / 1000)
+          violations.push(`client-${c} was admitted ${count} times in ${w.toFixed(2)} s (the replicas degraded ${t.map(s => s.toFixed(2)).join(' and ')} s of it), above the bound ${bound.toFixed(1)}`)
+          return
+        }
+      }
+    }
+  })
+  return worst
+}
+
+/** The invariants after a run: what broke, in words, and the figures. */
+function judge ({ replicas, seen, schedule, rate, timeoutMs, retryMs, runMs }) {
+  const violations = []
+  const fiveHundreds = Object.entries(seen.statuses).filter(([status]) => Number(status) >= 500).reduce((sum, [, n]) => sum + n, 0)
+  if (fiveHundreds > 0) violations.push(`${fiveHundreds} answers were 5xx`)
+  if (seen.failed > 0) violations.push(`${seen.failed} requests failed`)
+  const errors = replicas.flatMap(r => r.lines.filter(line => line.level >= 50))
+  if (errors.length > 0) violations.push(`${errors.length} errors logged (the first: ${errors[0].msg})`)
+  if (seen.noExpiry.length > 0) violations.push(`${seen.noExpiry.length} keys without expiry (${seen.noExpiry.slice(0, 3).join(', ')})`)
+  if (seen.blockedAdmitted > 0) violations.push(`the blocked client was admitted ${seen.blockedAdmitted} times`)
+  const spansByReplica = replicas.map(replica => degradationsOf(replica, timeoutMs))
+  const spans = spansByReplica.flatMap((replicaSpans, r) => replicaSpans.map(span => ({ ...span, replica: r })))
+  const worstEndAfterFaultMs = lateEnds(spans, schedule, retryMs, violations)
+  falseReturns(replicas, violations)
+  const worstToBound = overBound(seen.admitted, rate, timeoutMs, spansByReplica, violations)
+  return {
+    violations,
+    figures: {
+      runMs: Math.round(runMs),
+      statuses: seen.statuses,
+      degradations: spans.length,
+      degradedMs: Math.round(covered(spans, 0, runMs)),
+      worstEndAfterFaultMs,
+      worstToBound,
+      clientErrors: replicas.reduce((sum, r) => sum + r.clientErrors, 0)
+    }
+  }
+}
+
 /**
  * Runs the schedule of `seed` and checks the invariants. `redis` is `{ host, port }` of the server
  * behind the proxy; `check` a client of it (past the proxy) for the keys. Resolves to
- * `{ seed, schedule, violations, figures }`: `violations` lists what broke, in words (empty when
- * every invariant held).
+ * `{ seed, schedule, lines, violations, figures }`: each replica's log lines (when, level, message),
+ * and what broke, in words (`violations`, empty when every invariant held).
  */
 export async function runFaultSchedule ({ seed, exchangePace, RedisStore, redis, check, shape = {} }) {
   const { rate, clients, perReplica, faults, warmupMs, timeoutMs, retryMs } = { ...SHAPE, ...shape }
   const prefix = `exchangepace-faults:${seed}:${process.pid}:${Date.now()}:`
   const proxy = await startFaultProxy({ target: redis, random: random(seed ^ 0x5eed) })
-  const started = performance.now()
+  let started = performance.now()
   const now = () => performance.now() - started
   const replicas = []
-  const violations = []
-  const statuses = {}
-  const admitted = Array.from({ length: clients }, () => [])
-  let blockedAdmitted = 0
-  let failed = 0
   try {
     for (let i = 0; i < 2; i++) replicas.push(await startReplica({ exchangePace, RedisStore, proxy, prefix, rate, timeoutMs, retryMs, now }))
     const effectiveTimeout = replicas[0].store.timeoutMs
     await replicas[0].app.pace.block(PACE, { client: 'blocked' }, 3600)
     // The announcement reaches the other replica over its subscription: wait for it (at most 5 s).
-    for (let waited = 0; waited < 5000 && (replicas[1].app.pace.get(PACE)?.inspect('blocked').blockedMs ?? 0) === 0; waited += 10) await new Promise(resolve => setTimeout(resolve, 10))
+    for (let waited = 0; waited < 5000 && (replicas[1].app.pace.get(PACE)?.inspect('blocked').blockedMs ?? 0) === 0; waited += 10) await sleep(10)
     const schedule = faultSchedule(seed, { faults, warmupMs, timeoutMs: effectiveTimeout })
+    started = performance.now() // the schedule's times count from here, the replicas set up
     const endMs = Math.max(...schedule.map(s => s.atMs + s.forMs)) + retryMs + 1500
-    const pending = new Set()
-    const send = (replica, id, index) => {
-      const sending = replica.app.inject({ method: 'POST', url: PACE, headers: { authorization: basic(id) } }).then(response => {
-        const status = response.statusCode
-        statuses[status] = (statuses[status] ?? 0) + 1
-        if (status === 200 && index === -1) blockedAdmitted++
-        else if (status === 200) admitted[index].push(now())
-      }, () => { failed++ }).finally(() => pending.delete(sending))
-      pending.add(sending)
-    }
-    const traffic = (async () => {
-      const spacing = 1000 / perReplica
-      // Past the end, on until no replica is degraded (a stall of the process may begin one late), at most retryMs + 2 s more.
-      const degraded = () => replicas.some(replica => replica.store.unavailable)
-      for (let at = now(); at < endMs || (degraded() && at < endMs + retryMs + 2000); at += spacing) {
-        const wait = at - now()
-        if (wait > 0) await new Promise(resolve => setTimeout(resolve, wait))
-        for (const replica of replicas) {
-          for (let c = 0; c < clients; c++) send(replica, `client-${c}`, c)
-          send(replica, 'blocked', -1)
-        }
-      }
-    })()
-    const expiryChecks = []
-    const faulting = (async () => {
-      const ends = []
-      for (const { atMs, forMs, fault } of schedule) {
-        const wait = atMs - now()
-        if (wait > 0) await new Promise(resolve => setTimeout(resolve, wait))
-        const id = await proxy.add(fault)
-        ends.push(new Promise(resolve => setTimeout(async () => {
-          await proxy.remove(id)
-          expiryChecks.push(keysWithoutExpiry(check, prefix))
-          resolve()
-        }, forMs)))
-      }
-      await Promise.all(ends)
-    })()
-    await Promise.all([traffic, faulting])
-    await Promise.all(pending)
-    expiryChecks.push(keysWithoutExpiry(check, prefix))
-    const noExpiry = [...new Set((await Promise.all(expiryChecks)).flat())]
-
-    // No 5xx, no error, nothing failed.
-    const fiveHundreds = Object.entries(statuses).filter(([status]) => Number(status) >= 500).reduce((sum, [, n]) => sum + n, 0)
-    if (fiveHundreds > 0) violations.push(`${fiveHundreds} answers were 5xx`)
-    if (failed > 0) violations.push(`${failed} requests failed`)
-    const errors = replicas.flatMap(r => r.lines.filter(line => line.level >= 50))
-    if (errors.length > 0) violations.push(`${errors.length} errors logged (the first: ${errors[0].msg})`)
-    // Keys without expiry.
-    if (noExpiry.length > 0) violations.push(`${noExpiry.length} keys without expiry (${noExpiry.slice(0, 3).join(', ')})`)
-    // The blocked client.
-    if (blockedAdmitted > 0) violations.push(`the blocked client was admitted ${blockedAdmitted} times`)
-    // Degradations end in time.
-    const spansByReplica = replicas.map(replica => degradationsOf(replica, effectiveTimeout))
-    const spans = spansByReplica.flatMap((replicaSpans, r) => replicaSpans.map(span => ({ ...span, replica: r })))
-    let worstEndAfterFaultMs = -Infinity
-    for (const span of spans) {
-      const before = schedule.filter(s => s.atMs <= span.warnedMs)
-      const faultEndMs = before.length === 0 ? span.warnedMs : Math.max(...before.map(s => s.atMs + s.forMs))
-      const late = span.endedMs - Math.max(faultEndMs, span.warnedMs)
-      worstEndAfterFaultMs = Math.max(worstEndAfterFaultMs, late)
-      if (span.endedMs === Infinity) violations.push(`replica ${span.replica + 1}'s degradation from ${Math.round(span.warnedMs)} ms never ended`)
-      else if (late > retryMs + 1000) violations.push(`replica ${span.replica + 1}'s degradation from ${Math.round(span.warnedMs)} ms ended ${Math.round(late)} ms after its fault's end, more than retryMs + 1 s`)
-    }
-    // "Shared again" lines true.
-    replicas.forEach((replica, r) => {
-      const lines = replica.lines
-      lines.forEach((line, i) => {
-        if (!(line.level === 30 && line.msg.includes('shared by all replicas again'))) return
-        const next = lines.slice(i + 1).find(l => l.level === 40 && l.msg.includes('unavailable ('))
-        const counts = replica.app.pace.counts(PACE)
-        const untilNext = next === undefined ? counts.grantedWithoutStore + counts.refusedWithoutStore - line.alone : next.alone - line.alone - 1
-        if (untilNext > 0) violations.push(`replica ${r + 1} said "shared again" at ${Math.round(line.atMs)} ms, then decided ${untilNext} requests without Redis before ${next === undefined ? 'the end' : 'its next warning'}`)
-      })
-    })
-    // The bound for the degraded time.
-    let worstRatio = 0
-    admitted.forEach((times, c) => {
-      for (let i = 0; i < times.length; i++) {
-        for (let j = i; j < times.length; j++) {
-          const from = times[i] - effectiveTimeout
-          const w = (times[j] - from) / 1000
-          const bound = admissionBound(rate, w, spansByReplica, from, times[j])
-          const count = j - i + 1
-          worstRatio = Math.max(worstRatio, count / bound)
-          if (count > bound) {
-            const t = spansByReplica.map(spans => covered(spans, from, times[j]) / 1000)
-            violations.push(`client-${c} was admitted ${count} times in ${w.toFixed(2)} s (the replicas degraded ${t.map(s => s.toFixed(2)).join(' and ')} s of it), above the bound ${bound.toFixed(1)}`)
-            return
-          }
-        }
-      }
-    })
-    return {
-      seed,
-      schedule,
-      violations,
-      figures: {
-        runMs: Math.round(now()),
-        statuses,
-        degradations: spans.length,
-        degradedMs: Math.round(covered(spans, 0, now())),
-        worstEndAfterFaultMs: spans.length === 0 ? null : Math.round(worstEndAfterFaultMs),
-        worstToBound: worstRatio,
-        clientErrors: replicas.reduce((sum, r) => sum + r.clientErrors, 0)
-      }
-    }
+    const seen = await drive({ replicas, proxy, check, prefix, schedule, endMs, clients, perReplica, retryMs, now })
+    const lines = replicas.map(replica => replica.lines.map(({ atMs, level, msg }) => ({ atMs: Math.round(atMs), level, msg })))
+    return { seed, schedule, lines, ...judge({ replicas, seen, schedule, rate, timeoutMs: effectiveTimeout, retryMs, runMs: now() }) }
   } finally {
     for (const replica of replicas) {
       await replica.app.close()

@@ -120,8 +120,7 @@ process.on('message', async message => {
   else if (message.cmd === 'answers') {
     process.send({ cmd: 'answers', answers, logged: { ...logged } })
     answers = []
-  }
-  else if (message.cmd === 'exit') {
+  } else if (message.cmd === 'exit') {
     await app.close()
     if (client !== null) client.disconnect()
     process.exit(0)
