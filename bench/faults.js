@@ -4,10 +4,11 @@
 // checks the invariants after it: no 5xx or unhandled error, no key without expiry, no client above
 // the bound docs/stores.md gives for the time it was degraded, every degradation over within
 // `retryMs` + 1 s of its fault's end, every block held, every "shared again" line true. The store
-// runs with its defaults (`timeoutMs`, and `retryMs` 1000); test/redis-faults.test.ts runs a few
-// seeds with `retryMs` 500. Reported: the seeds whose invariants broke (with what broke: replay one
-// with FAULT_SEEDS=<seed> on the test), and the worst of every seed: the latest end of a
-// degradation after its fault's end, and the highest admissions against the bound.
+// runs with its defaults (`timeoutMs`, and `retryMs` 1000; 300 in the smoke, to be quick);
+// test/redis-faults.test.ts runs a few seeds with `retryMs` 500. Reported: the seeds whose
+// invariants broke (with what broke: replay one with FAULT_SEEDS=<seed> on the test), and the worst
+// of every seed: the latest end of a degradation after its fault's end, and the highest admissions
+// against the bound.
 //
 // Run alone: node bench/faults.js [--quick|--smoke] [--out DIR]. Needs redis-server; without it
 // the part records that it was skipped, and why.
@@ -19,11 +20,11 @@ import { byMode, fmt, log, parseOptions, redisServerVersion, sparePort, startRed
 
 const options = parseOptions()
 const settings = byMode(options, {
-  full: { seeds: 60, faults: 4 },
-  quick: { seeds: 10, faults: 4 },
-  smoke: { seeds: 1, faults: 2 }
+  full: { seeds: 60, faults: 4, retryMs: 1000 },
+  quick: { seeds: 10, faults: 4, retryMs: 1000 },
+  smoke: { seeds: 1, faults: 2, retryMs: 300 }
 })
-const SHAPE = { retryMs: 1000, faults: settings.faults }
+const SHAPE = { retryMs: settings.retryMs, faults: settings.faults }
 /** Seeds from here on, so that the part's schedules are not the test's (1, 2, 3). */
 const FIRST_SEED = 1000
 

@@ -27,7 +27,7 @@ const options = parseOptions()
 const settings = byMode(options, {
   full: { seconds: 60, burners: 4 },
   quick: { seconds: 20, burners: 4 },
-  smoke: { seconds: 2, burners: 1 }
+  smoke: { seconds: 1, burners: 1 }
 })
 /** The timeouts compared, in ms (the three, and two longer), and the store's retry interval the outages are counted with. */
 const TIMEOUTS = [50, 100, 250, 500, 1000]
