@@ -19,6 +19,7 @@ export type { PaceRefusalAnswer, PaceRefusalOption } from './http/refusal-shape.
 export { InvalidRequest } from './keys/parse.js'
 export { secretKey } from './keys/secrets.js'
 export { RedisStore } from './redis/store.js'
-export type { RedisStoreOptions, RedisClientLike, RedisUnavailable } from './redis/store.js'
+export type { RedisStoreOptions, RedisClientLike } from './redis/store.js'
+export type { RedisUnavailable } from './redis/outages.js'
 export type { PaceStore, PaceBucket, SharedPace, PaceReservation, StoredBucket } from './store.js'
 export default exchangePace

@@ -7,7 +7,9 @@
  */
 import type { FastifyBaseLogger } from 'fastify'
 import { keySlot } from './key-slot.js'
-import type { RedisUnavailable } from './store.js'
+
+/** What a request gets while Redis is unavailable. */
+export type RedisUnavailable = 'fallback' | 'open' | 'closed'
 
 /**
  * What the store reads of an ioredis client to tell masters apart: a `Cluster` has `isCluster`

@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { BlockNews } from './block-news.js'
 import { Deadlines } from './deadlines.js'
 import type { Pace } from '../bucket/pace.js'
-import { Outages, type SlotMap } from './outages.js'
+import { Outages, type RedisUnavailable, type SlotMap } from './outages.js'
 import { RedisPace } from './pace.js'
 import { defineCommands, keyName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
 import type { PaceBucket, PaceStore, SharedPace, StoredBucket } from '../store.js'
@@ -11,8 +11,6 @@ export type { RedisClientLike } from './scripts.js'
 
 const MAX_TIMER_MS = 2 ** 31 - 1
 
-/** What a request gets while Redis is unavailable. */
-export type RedisUnavailable = 'fallback' | 'open' | 'closed'
 
 export interface RedisStoreOptions {
   /** An ioredis client (`new Redis(...)`, a `Cluster`, or the one @fastify/redis decorates). */
