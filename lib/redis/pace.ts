@@ -3,12 +3,11 @@
  * fallback pace beside it, and the refund of what Redis granted. When the store counts Redis as
  * unavailable is outages.ts's; what the scripts do is scripts.ts's.
  */
-import type { FastifyBaseLogger } from 'fastify'
 import { Waiting, type Deadlines } from './deadlines.js'
 import type { Pace, Reservation } from '../bucket/pace.js'
 import { GRANT_BYTES, REFUSAL_BYTES, type PaceCommands } from './scripts.js'
 import { isResendable, type RedisUnavailable } from './outages.js'
-import type { PaceReservation, SharedPace } from '../store.js'
+import type { PaceReservation, SharedPace, PaceLog } from '../store.js'
 
 /**
  * A refusal in this replica's memory whose unit is back later than this (a failure budget spent,
@@ -93,7 +92,7 @@ export interface PaceHost {
   readonly _outage: number
   _mayTry (redisKey: string): boolean
   _blockedMs (redisKey: string): number
-  _failed (redisKey: string, err: Error, log: FastifyBaseLogger): void
+  _failed (redisKey: string, err: Error, log: PaceLog): void
   _track (pace: RedisPace): void
   _answered (answered: RedisPace, redisKey: string, sentIn: number): void
 }
@@ -120,7 +119,7 @@ export class RedisPace implements SharedPace {
   readonly #windowMs: number | null
   /** This replica's pace of the name, with `whenUnavailable: 'fallback'`; null with 'open' or 'closed'. */
   readonly #local: Pace | null
-  readonly #log: FastifyBaseLogger
+  readonly #log: PaceLog
   readonly #unavailable: PaceReservation
   readonly #deadlines: Deadlines
   /** In the store's set of paces whose memory may hold rows (see `RedisStore._answered`). */
@@ -128,7 +127,7 @@ export class RedisPace implements SharedPace {
   /** Requests this pace decided without Redis's answer (an outage, a timeout, a redirection not followed): granted, and refused. */
   readonly unanswered = { granted: 0, refused: 0 }
 
-  constructor (store: PaceHost, commands: PaceCommands, prefix: string, rate: number, windowMs: number | null, local: Pace | null, log: FastifyBaseLogger) {
+  constructor (store: PaceHost, commands: PaceCommands, prefix: string, rate: number, windowMs: number | null, local: Pace | null, log: PaceLog) {
     this.#store = store
     this.#commands = commands
     this.#prefix = prefix
