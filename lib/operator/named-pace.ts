@@ -30,6 +30,8 @@ export interface PaceMaking {
   readonly window: number
   readonly rateOf: RateOf | undefined
   readonly now: Clock | undefined
+  /** Rows each lane keeps at most in memory (`Pace`'s `maxKeys`). */
+  readonly maxKeys: number
   readonly store: PaceStore | undefined
   readonly log: FastifyBaseLogger
 }
@@ -103,8 +105,8 @@ export class NamedPace {
 
   /** Makes the lane of `limit` units per the declared window, with the store's pace of it. */
   #lane (limit: number): Lane {
-    const { window, now, store, name, log } = this.#making
-    const pace = new Pace({ limit, window, now })
+    const { window, now, maxKeys, store, name, log } = this.#making
+    const pace = new Pace({ limit, window, now, maxKeys })
     const shared = store === undefined ? null : store.pace(name, { limit, window }, pace, log)
     const lane = { limit, window, perSecond: limit / window, pace, shared }
     this.#lanes.push(lane)
