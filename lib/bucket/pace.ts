@@ -118,8 +118,9 @@ function refusal (key: string, now: number, retryAfterMs: number, fullInMs: numb
  * least), and the new key gets its row. A spent row (no whole unit left) and a blocked one are
  * never forgotten: while every row is spent the new key is refused, until the fullest row holds a
  * unit again. A look that freed less than an eighth is not repeated for `LOOK_AGAIN_MS` or until
- * the fullest row left holds a unit, whichever is sooner; new keys are refused meanwhile. Keys
- * that have a row are never affected. So the table never holds more than `maxKeys` rows.
+ * the fullest row left holds a unit, whichever is sooner; new keys are refused meanwhile. A key
+ * that has a row is never refused for the ceiling. So the table never holds more than `maxKeys`
+ * rows, and the keys it forgets are those that, given a full bucket, gain the least.
  *
  * - Capacity: `limit` units (for a `perSecond` pace, one second of it), so a key that was silent
  *   for an hour may spend one bucket at once and no more. Refill is continuous: after d ms,
@@ -156,13 +157,14 @@ export class Pace {
   readonly limit: number
   /** Seconds a bucket takes to refill from empty to full. */
   readonly window: number
+  /** Rows kept at most (see "The ceiling"). */
+  readonly maxKeys: number
   readonly #now: Clock
   /** One unit, in ticks. */
   readonly #unit: number
   /** `limit` units, in ticks. */
   readonly #capacity: number
   readonly #table = new SlotTable()
-  readonly #maxKeys: number
   /** Scaled time before which a new key at the ceiling is refused without a look at the rows. */
   #lookAt = -Infinity
   /** Scaled time at which a sweep is next due (one horizon after the last), and the table size at which one is due sooner. */
@@ -178,7 +180,7 @@ export class Pace {
     if (maxKeys !== Infinity && !(Number.isInteger(maxKeys) && maxKeys >= 1)) {
       throw new TypeError(`exchangepace: maxKeys must be an integer >= 1 or Infinity, got ${got(maxKeys)}`)
     }
-    this.#maxKeys = maxKeys
+    this.maxKeys = maxKeys
     this.limit = limit
     this.window = window
     this.perSecond = limit / window
@@ -231,7 +233,7 @@ export class Pace {
   #insert (key: string, after: number, now: number): number {
     const table = this.#table
     if (table.size >= this.#sweepAtSize) this.#sweep(now)
-    if (table.size >= this.#maxKeys && !this.#makeRoom(now)) return -1
+    if (table.size >= this.maxKeys && !this.#makeRoom(now)) return -1
     return table.insert(key, after, now)
   }
 
@@ -243,9 +245,9 @@ export class Pace {
     if (now < this.#lookAt) return false
     const table = this.#table
     this.#sweep(now)
-    if (table.size < this.#maxKeys) return true
+    if (table.size < this.maxKeys) return true
     const spare = this.#capacity - this.#unit
-    const wanted = Math.ceil(this.#maxKeys / FORGET_SHARE)
+    const wanted = Math.ceil(this.maxKeys / FORGET_SHARE)
     const forgotten = table.removeLowest(now + spare + SLACK, wanted)
     if (forgotten < wanted) this.#lookAt = Math.min(table.lowest() - spare, now + LOOK_AGAIN_MS * this.limit)
     return forgotten > 0
