@@ -102,6 +102,18 @@ t.test('a burst above the rate is a 429 with Retry-After and an OAuth error body
   t.same(await raw.json(), { error: 'temporarily_unavailable', error_description: 'Too many requests for this /token#client pace; retry after 1 second' })
 })
 
+t.test('a made-up client id takes nothing from the paces keyed by a client id: its failure counts for its address alone', async t => {
+  const { app, token } = await listening(t)
+  for (let i = 0; i < 3; i++) {
+    const response = await token({ ...form, authorization: basic(`made-up-${i}`, 'guess') }, 'grant_type=client_credentials')
+    t.equal(response.status, 401)
+  }
+  t.equal(app.pace.get('/token#client+source:rejected')!.size, 0, 'no pair row for a made-up id (isClient)')
+  t.equal(app.pace.get('/token#client')!.size, 0)
+  t.equal(app.pace.get('/token#source:rejected')!.size, 1, 'the failures counted for the address')
+  t.equal(app.pace.get('/token#source:rejected')!.inspect('127.0.0.1').remaining, 97, 'three of its 100 a day')
+})
+
 t.test('a stranger with a wrong secret spends nothing of the real client\'s pace', async t => {
   const { configure, tokensLeft, clientRows } = await listening(t)
   const strangerBasic = configure(REPORTING.id, 'guessed-secret', 'basic')
