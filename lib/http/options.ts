@@ -64,6 +64,12 @@ export interface PaceRefusal {
   retryAfterMs: number
   /** The Retry-After header's value: whole seconds, at least 1. */
   retryAfter: number
+  /**
+   * A failure budget refused only because of units that requests on this replica still hold, not
+   * yet settled (a burst of concurrent requests): were they given back, a unit would be there. The
+   * wait is then at most a second, not the budget's refill time.
+   */
+  inFlight: boolean
 }
 
 /** The plugin's options, checked, with their defaults. */
@@ -83,7 +89,7 @@ export interface CheckedOptions {
 function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
   return {
     error: 'temporarily_unavailable',
-    error_description: `Too many requests for this ${refusal.name} pace; retry after ${refusal.retryAfter} second${refusal.retryAfter === 1 ? '' : 's'}`
+    error_description: `Too many requests ${refusal.inFlight ? 'in flight ' : ''}for this ${refusal.name} pace; retry after ${refusal.retryAfter} second${refusal.retryAfter === 1 ? '' : 's'}`
   }
 }
 

@@ -53,6 +53,12 @@ export class NamedPace {
   readonly name: string
   readonly keyKind: PaceKeyName
   readonly counts = new PaceCounts()
+  /**
+   * For a failure budget: per key, the units requests on this replica hold and have not yet
+   * settled (a refusal they alone cause is answered "retry in a second", see reserve-hook.ts).
+   * An entry lives while its units do.
+   */
+  readonly inFlight = new Map<string, number>()
   readonly rateOf: RateOf | undefined
   readonly declared: Lane
   readonly #making: PaceMaking
