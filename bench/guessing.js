@@ -10,11 +10,11 @@
 // time here (part 5's borrowed name measures what a slow check holds).
 //
 // Configurations:
-//   exchangepace, recommended three   examples/server.js's TOKEN_PACES: a failure budget per
+//   exchangepace, recommended three   examples/server.js's TOKEN_PACES but its per-source failure budget: a failure budget per
 //                                     (client id, source) of 5 an hour, 5/s per client id
 //                                     spent on accepted exchanges, 50/s per source on every request
 //   exchangepace, three + per-source budget
-//                                     the same and the README's 100 failures per day per source
+//                                     examples/server.js's TOKEN_PACES: the same and the README's 100 failures per day per source
 //   @fastify/rate-limit, README login the README's `{ increment: false }` example: a limiter from
 //                                     fastify.createRateLimit({ max: 5, timeWindow: '1 minute' }),
 //                                     peeked before the check, consumed on a failure; keyed by
@@ -60,7 +60,8 @@ const CLIENT_FROM_MS = 5
 const CLIENT_ADDRESS = '192.0.2.10'
 const ATTACKERS = { '1 address': ['203.0.113.7'], '100 addresses': Array.from({ length: 100 }, (_, i) => `198.51.100.${i + 1}`) }
 const FIRST_SPAN_MS = 60_000
-const PER_SOURCE_BUDGET = { limit: 100, window: 86400, key: 'source', spend: 'rejected' }
+/** examples/server.js's per-source failure budget, among its TOKEN_PACES. */
+const PER_SOURCE_BUDGET = TOKEN_PACES.find(pace => pace.key === 'source' && pace.spend === 'rejected')
 
 const INVALID_CLIENT = { error: 'invalid_client' }
 const TOKEN = { access_token: 'eyJhbGciOiJub25lIn0.eyJzdWIiOiJyZXBvcnRpbmcifQ.', token_type: 'Bearer', expires_in: 3600 }
@@ -192,8 +193,8 @@ function rateLimiterFlexibleRecipe () {
 }
 
 const CONFIGURATIONS = [
-  exchangepaceWith('exchangepace, recommended three', TOKEN_PACES),
-  exchangepaceWith('exchangepace, three + per-source budget', [...TOKEN_PACES, PER_SOURCE_BUDGET]),
+  exchangepaceWith('exchangepace, recommended three', TOKEN_PACES.filter(pace => pace !== PER_SOURCE_BUDGET)),
+  exchangepaceWith('exchangepace, three + per-source budget', TOKEN_PACES),
   fastifyRateLimitWith('@fastify/rate-limit, README login example'),
   fastifyRateLimitWith('@fastify/rate-limit, the same keyed by client id', request => request.body.client_id),
   rateLimiterFlexibleRecipe()
