@@ -115,3 +115,18 @@ t.test('the plugin: maxKeys bounds each pace of the in-process store, 100,000 by
   await t.rejects(build(t, { maxKeys: 0 }, () => {}), new TypeError('exchangepace: maxKeys must be an integer >= 1 or Infinity, got 0'))
   t.equal((await build(t, { maxKeys: Infinity }, app => { app.post('/login', { config: { pace: paces } }, async () => 'ok') })).pace.get('/login')?.maxKeys, Infinity)
 })
+
+t.test('at the ceiling the rows a sweep may remove go first, and nothing is forgotten', async t => {
+  const clock = { ms: 0 }
+  const pace = new Pace({ perSecond: 1, now: () => clock.ms, maxKeys: 2 })
+  clock.ms = 200
+  pace.reserve('b')
+  clock.ms = 900
+  pace.reserve('a')
+  clock.ms = 1000
+  t.notOk(pace.reserve('a').granted, 'a sweep is due at 1000: it finds nothing a horizon old yet')
+  clock.ms = 1500
+  t.ok(pace.reserve('c').granted)
+  t.equal(pace.size, 2, 'b, last granted 1.3 s ago, was swept; a kept')
+  t.equal(pace.inspect('a').remaining, 0, 'a still spent: nothing forgotten')
+})

@@ -58,6 +58,7 @@ if (client !== null) {
       for (const { statusCode } of answers) statuses[statusCode] = (statuses[statusCode] ?? 0) + 1
     }
     t.same(statuses, { 401: 20_000 }, 'each source within its 100 failures a day')
+    t.equal(app.pace.get('/token#source:rejected')?.maxKeys, Infinity, 'a shared store\'s paces have no row ceiling in memory: Redis keeps the rows')
     t.equal((await keysOf(prefix, '/token#client+source:rejected')).length, 0, 'no pair key for a made-up id')
     t.equal((await keysOf(prefix, '/token#client')).length, 0, 'no client key for a made-up id')
     t.equal((await keysOf(prefix, '/token#source:rejected')).length, 200, 'one failure-budget key per source')
