@@ -371,3 +371,17 @@ t.test('a key blocked while a unit is in flight is told the block\'s time', asyn
   open()
   t.equal((await flying).statusCode, 401)
 })
+
+t.test('units never settled (hijacked replies) stay in flight for at most 10,000 keys; beyond, a refusal tells the refill time', async t => {
+  const clock = { t: 0 }
+  const app = await build(t, { now: () => clock.t }, app => {
+    app.post('/token', { config: { pace: [{ limit: 1, window: 600, key: ['client', 'source'], spend: 'rejected' }] } }, async (request: FastifyRequest, reply: FastifyReply) => {
+      reply.hijack() // never settled: the unit stays spent, and counted in flight
+      reply.raw.end()
+    })
+  })
+  for (let i = 0; i < 10_000; i++) await post(app, GUESSER, ['client_id', `hijacked-${i}`])
+  t.match((await post(app, GUESSER, ['client_id', 'hijacked-0'])).json(), { error_description: 'Too many requests in flight for this /token pace; retry after 1 second' }, 'a counted key')
+  await post(app, GUESSER, ['client_id', 'one-more'])
+  t.match((await post(app, GUESSER, ['client_id', 'one-more'])).json(), { error_description: 'Too many requests for this /token pace; retry after 600 seconds' }, 'the 10,001st key was not counted')
+})

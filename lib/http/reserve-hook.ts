@@ -267,9 +267,15 @@ export class RequestPaces extends PaceTicket<Holding> {
     refuse(this.#request, this.#reply as FastifyReply, rule, laneQuota(bound, lane), reservation, this._held, (this.#step as ReserveStep).refusalBody, inFlight ? retryAfterMs : null)
   }
 
-  /** Counts `unit`, a failure budget's, in its pace's `inFlight` until it is settled. */
+  /**
+   * Counts `unit`, a failure budget's, in its pace's `inFlight` until it is settled; not when the
+   * pace counts `MAX_IN_FLIGHT_KEYS` keys already (a request never settled, a hijacked reply's,
+   * stays counted: the bound keeps that from growing memory; a unit not counted only makes its
+   * refusal tell the refill time).
+   */
   #fly (unit: Holding): void {
     const inFlight = unit.bound.named.inFlight
+    if (inFlight.size >= MAX_IN_FLIGHT_KEYS && !inFlight.has(unit.key)) return
     unit.flying = true
     this.#flying++
     inFlight.set(unit.key, (inFlight.get(unit.key) ?? 0) + 1)
@@ -338,6 +344,9 @@ function holding (bound: BoundPace, lane: Lane, key: string, reservation: PaceRe
 
 /** The longest wait a refusal caused by units in flight asks for: they settle within a request's time. */
 const IN_FLIGHT_RETRY_MS = 1000
+
+/** Keys a failure budget counts units in flight for, at most. */
+const MAX_IN_FLIGHT_KEYS = 10_000
 
 /** The header items of `lane` of `bound`'s pace: the declared rate's without a lookup. */
 function laneQuota (bound: BoundPace, lane: Lane): QuotaItems {

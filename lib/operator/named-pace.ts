@@ -56,7 +56,8 @@ export class NamedPace {
   /**
    * For a failure budget: per key, the units requests on this replica hold and have not yet
    * settled (a refusal they alone cause is answered "retry in a second", see reserve-hook.ts).
-   * An entry lives while its units do.
+   * An entry lives while its units do (a unit never settled, a hijacked reply's, for good: at most
+   * 10,000 keys are counted).
    */
   readonly inFlight = new Map<string, number>()
   readonly rateOf: RateOf | undefined
