@@ -40,10 +40,7 @@ export class KeyReaders {
   constructor (ipv6Subnet: number, maxKeyLength: number, log: FastifyBaseLogger, isClient?: IsClient) {
     this.#maxKeyLength = maxKeyLength
     const declared: KeyReader = request => declaredClientId(request.headers.authorization, request.body, maxKeyLength)
-    this.client = isClient === undefined ? declared : request => {
-      const id = declared(request)
-      return id !== undefined && namesClient(isClient, id, request) ? id : undefined
-    }
+    this.client = isClient === undefined ? declared : registeredOnly(declared, isClient)
     let warned = false
     this.source = request => {
       const address = request.ip as string | undefined
@@ -79,6 +76,14 @@ export class KeyReaders {
     if (key === 'device_code') return readDeviceCode
     if (key === 'bearer') return readBearer
     return customReader(key, rule.name, route, this.#maxKeyLength)
+  }
+}
+
+/** `declared`, reading as no id a declared id that names no client by `isClient`. */
+function registeredOnly (declared: KeyReader, isClient: IsClient): KeyReader {
+  return request => {
+    const id = declared(request)
+    return id !== undefined && namesClient(isClient, id, request) ? id : undefined
   }
 }
 
