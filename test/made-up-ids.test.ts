@@ -10,6 +10,9 @@ import { build, form, type TapTest } from './shared-behaviour.js'
  * injected (`clock.t`, ms).
  */
 
+// 20,000 requests through inject, twice over: a minute or more on a loaded machine.
+t.setTimeout(300_000)
+
 const SECRETS = new Map([['victim', 'right-secret']])
 
 /** The README's recommended token paces, with the per-source failure budget. */
