@@ -42,7 +42,7 @@ const settings = byMode(options, {
 const madeUpSettings = byMode(options, {
   full: { sources: 200, idsPerSource: 100, ceilingSources: [1000, 65_536, 1_000_000], redisSources: [1000, 65_536] },
   quick: { sources: 100, idsPerSource: 20, ceilingSources: [1000, 65_536], redisSources: [1000] },
-  smoke: { sources: 10, idsPerSource: 10, ceilingSources: [1000], redisSources: [200] }
+  smoke: { sources: 5, idsPerSource: 4, ceilingSources: [200], redisSources: [100] }
 })
 const RATE = 10
 const TICK_MS = 100
