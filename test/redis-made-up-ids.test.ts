@@ -1,7 +1,7 @@
 import t from 'tap'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { RedisStore, type PaceRouteOptions } from '../lib/index.js'
-import { keyName } from '../lib/redis/scripts.js'
+import { redisPaceName } from '../lib/redis/scripts.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 import { build, form } from './shared-behaviour.js'
 
@@ -29,7 +29,7 @@ if (client !== null) {
   /** The keys under `prefix` of the pace `name`. */
   const keysOf = async (prefix: string, name: string): Promise<string[]> => {
     const found: string[] = []
-    const stream = client.scanStream({ match: `${prefix}${keyName(name)}:*`, count: 1000 })
+    const stream = client.scanStream({ match: `${prefix}${redisPaceName(name)}:*`, count: 1000 })
     for await (const keys of stream) found.push(...keys as string[])
     return found
   }
