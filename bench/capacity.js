@@ -45,8 +45,12 @@ const settings = byMode(options, {
 })
 const KEYS = 1000
 
-/** The recommended paces at rates nothing reaches: the failure budget as declared (accepted exchanges give it back), the others at NEVER. */
-const THREE_PACES = TOKEN_PACES.map(pace => pace.spend === 'rejected' ? { ...pace } : { perSecond: NEVER, key: pace.key, spend: pace.spend })
+/**
+ * The recommended paces at rates nothing reaches: the failure budget as declared (accepted
+ * exchanges give it back), the others at NEVER; the per-source failure budget left out, as when
+ * these figures were first measured ("the recommended three").
+ */
+const THREE_PACES = TOKEN_PACES.filter(pace => !(pace.key === 'source' && pace.spend === 'rejected')).map(pace => pace.spend === 'rejected' ? { ...pace } : { perSecond: NEVER, key: pace.key, spend: pace.spend })
 const BUDGET_MS = 3600 * 1000
 
 /** INFO fields, as numbers. */

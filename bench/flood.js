@@ -20,14 +20,18 @@
 // checks conclude. Units held by strangers under check count there too, so under a heavy flood it
 // refuses the victim as well.
 //
-// Run alone: node bench/flood.js [--quick|--smoke] [--out DIR]
+// Then made-up ids from many sources (bench/made-up-ids.js): wrong secrets under made-up client ids
+// from many IPv4 addresses and IPv6 /64s of one /48, against each limiter as recommended, with the
+// rows, heap and RSS of the replica and the real client's 200s; the row ceiling of the in-process
+// store against 1,000 to 1M sources; and the keys and memory of the same sources on Redis.
+//
+// Run alone: node --expose-gc bench/flood.js [--quick|--smoke] [--out DIR]
 
-import { createRequire } from 'node:module'
 import { CLIENT_ID, CLIENT_SECRET, FORM, tokenBody } from './apps.js'
 import { byMode, log, parseOptions, random, table, writeResult } from './common.js'
+import { countedLocalStore } from './login-limiters.js'
+import { madeUpIds } from './made-up-ids.js'
 import { simulate, simulatedClock } from './simulated.js'
-
-const LocalStore = createRequire(import.meta.url)('@fastify/rate-limit/store/LocalStore')
 
 const options = parseOptions()
 const settings = byMode(options, {
@@ -35,29 +39,16 @@ const settings = byMode(options, {
   quick: { ticks: 10, borrowedSeconds: 20, borrowedCases: [[8, 100], [10, 100]] },
   smoke: { ticks: 2, borrowedSeconds: 1, borrowedCases: [[8, 100]] }
 })
+const madeUpSettings = byMode(options, {
+  full: { sources: 200, idsPerSource: 100, ceilingSources: [1000, 65_536, 1_000_000], redisSources: [1000, 65_536] },
+  quick: { sources: 100, idsPerSource: 20, ceilingSources: [1000, 65_536], redisSources: [1000] },
+  smoke: { sources: 5, idsPerSource: 4, ceilingSources: [200], redisSources: [100] }
+})
 const RATE = 10
 const TICK_MS = 100
 const STRANGERS_PER_TICK = 5001
 const MAX_BURST = 3 * RATE
 const LIBRARIES = { exchangepace: 'exchangepace', '@fastify/rate-limit': 'ratelimit' }
-
-/**
- * @fastify/rate-limit's in-memory store as the plugin builds it by default (an LRU of 5000 per
- * route), which hands each route's store to `routeStores` so that its entries can be counted.
- */
-function countedLocalStore (routeStores) {
-  return class extends LocalStore {
-    constructor (params) {
-      super(params.continueExceeding, params.exponentialBackoff)
-    }
-
-    child (routeOptions) {
-      const store = super.child(routeOptions)
-      routeStores.push(store)
-      return store
-    }
-  }
-}
 
 async function flood (kind) {
   const clock = simulatedClock()
@@ -248,6 +239,8 @@ log(table(['victim', 'strangers naming it', 'exchangepace', 'reference (the most
   ...['exchangepace', 'reference', '@fastify/rate-limit'].map(name => `${row.results[name].victimRefused} of ${row.results[name].victim}`)
 ])))
 
+const madeUp = await madeUpIds(madeUpSettings)
+
 const file = writeResult(options, 'flood', {
   description: "a flood of random declared ids against one client's pace, simulated time, both limiters at the same rate",
   rate: RATE,
@@ -263,6 +256,7 @@ const file = writeResult(options, 'flood', {
     seconds: settings.borrowedSeconds,
     checkMs: CHECK_MS,
     cases: borrowed
-  }
+  },
+  madeUp
 })
 log(`\nflood: wrote ${file}`)

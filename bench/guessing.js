@@ -10,11 +10,11 @@
 // time here (part 5's borrowed name measures what a slow check holds).
 //
 // Configurations:
-//   exchangepace, recommended three   examples/server.js's TOKEN_PACES: a failure budget per
+//   exchangepace, recommended three   examples/server.js's TOKEN_PACES but its per-source failure budget: a failure budget per
 //                                     (client id, source) of 5 an hour, 5/s per client id
 //                                     spent on accepted exchanges, 50/s per source on every request
 //   exchangepace, three + per-source budget
-//                                     the same and the README's 100 failures per day per source
+//                                     examples/server.js's TOKEN_PACES: the same and the README's 100 failures per day per source
 //   @fastify/rate-limit, README login the README's `{ increment: false }` example: a limiter from
 //                                     fastify.createRateLimit({ max: 5, timeWindow: '1 minute' }),
 //                                     peeked before the check, consumed on a failure; keyed by
@@ -32,19 +32,13 @@
 //
 // Run alone: node bench/guessing.js [--quick|--smoke] [--out DIR]
 
-import { createRequire } from 'node:module'
 import Fastify from 'fastify'
 import formbody from '@fastify/formbody'
-import rateLimit from '@fastify/rate-limit'
-import exchangePace from 'exchangepace'
 import { TOKEN_PACES } from '../examples/server.js'
 import { CLIENT_ID, CLIENT_SECRET, FORM, tokenBody } from './apps.js'
 import { byMode, log, parseOptions, table, writeResult } from './common.js'
+import { exchangepaceWith, fastifyRateLimitWith, rateLimiterFlexibleRecipe, TOKEN } from './login-limiters.js'
 import { simulatedClock, withSimulatedDateNow } from './simulated.js'
-
-const require = createRequire(import.meta.url)
-const { RateLimiterMemory, RateLimiterRes } = require('rate-limiter-flexible')
-const MemoryStorage = require('rate-limiter-flexible/lib/component/MemoryStorage/MemoryStorage')
 
 const options = parseOptions()
 const settings = byMode(options, {
@@ -60,140 +54,12 @@ const CLIENT_FROM_MS = 5
 const CLIENT_ADDRESS = '192.0.2.10'
 const ATTACKERS = { '1 address': ['203.0.113.7'], '100 addresses': Array.from({ length: 100 }, (_, i) => `198.51.100.${i + 1}`) }
 const FIRST_SPAN_MS = 60_000
-const PER_SOURCE_BUDGET = { limit: 100, window: 86400, key: 'source', spend: 'rejected' }
-
-const INVALID_CLIENT = { error: 'invalid_client' }
-const TOKEN = { access_token: 'eyJhbGciOiJub25lIn0.eyJzdWIiOiJyZXBvcnRpbmcifQ.', token_type: 'Bearer', expires_in: 3600 }
-
-/** exchangepace with `paces` on the route: a failed authentication sets the outcome flag. */
-function exchangepaceWith (name, paces) {
-  return {
-    name,
-    library: 'exchangepace',
-    setup: paces,
-    async register (app, clock) {
-      await app.register(exchangePace, { now: clock.now })
-      return { config: { pace: paces } }
-    },
-    failed (request, reply) {
-      request.pace.outcome = 'rejected'
-      return reply.code(401).send(INVALID_CLIENT)
-    }
-  }
-}
-
-/**
- * @fastify/rate-limit as its README's example of `{ increment: false }` shows for a login route:
- * peek before the check, refuse when exceeded, consume only when the login fails.
- */
-function fastifyRateLimitWith (name, keyGenerator) {
-  const limiterOptions = { max: 5, timeWindow: '1 minute', ...(keyGenerator === undefined ? {} : { keyGenerator }) }
-  let checkRateLimit
-  return {
-    name,
-    library: '@fastify/rate-limit',
-    setup: { createRateLimit: { ...limiterOptions, keyGenerator: keyGenerator === undefined ? 'request.ip (default)' : String(keyGenerator) } },
-    async register (app) {
-      await app.register(rateLimit, { global: false })
-      checkRateLimit = app.createRateLimit(limiterOptions)
-      return {
-        preHandler: async (request, reply) => {
-          const status = await checkRateLimit(request, { increment: false })
-          if (status.isExceeded) return reply.code(429).send({ error: 'Too many attempts' })
-        }
-      }
-    },
-    async failed (request, reply) {
-      await checkRateLimit(request)
-      return reply.code(401).send(INVALID_CLIENT)
-    }
-  }
-}
-
-/**
- * rate-limiter-flexible's in-memory storage with its records expiring by the simulated clock
- * instead of by timers: a record is gone from its `expiresAt` on, as the recipe's Redis key (PX)
- * would be. No timer is armed, so the recipe's 90-day duration does not overflow setTimeout
- * (RateLimiterMemory itself takes at most about 24 days, its documentation says).
- */
-class SimulatedMemoryStorage extends MemoryStorage {
-  set (key, value, durationSec) {
-    const durationMs = durationSec * 1000
-    this._storage.set(key, { value, expiresAt: durationMs > 0 ? Date.now() + durationMs : null, timeoutId: null })
-    return new RateLimiterRes(0, durationMs > 0 ? durationMs : -1, value, true)
-  }
-
-  get (key) {
-    const expiresAt = this._storage.get(key)?.expiresAt
-    if (expiresAt != null && expiresAt <= Date.now()) this._storage.delete(key)
-    return super.get(key)
-  }
-}
-
-/** A RateLimiterMemory on the simulated clock (its storage is private: replaced here, for the bench alone). */
-function simulatedLimiter (opts) {
-  const limiter = new RateLimiterMemory(opts)
-  limiter._memoryStorage = new SimulatedMemoryStorage()
-  return limiter
-}
-
-const MAX_WRONG_ATTEMPTS_BY_IP_PER_DAY = 100
-const MAX_CONSECUTIVE_FAILS_BY_USERNAME_AND_IP = 10
-const RLF_LIMITERS = {
-  slowBruteByIP: { keyPrefix: 'login_fail_ip_per_day', points: MAX_WRONG_ATTEMPTS_BY_IP_PER_DAY, duration: 60 * 60 * 24, blockDuration: 60 * 60 * 24 },
-  consecutiveFailsByUsernameAndIP: { keyPrefix: 'login_fail_consecutive_username_and_ip', points: MAX_CONSECUTIVE_FAILS_BY_USERNAME_AND_IP, duration: 60 * 60 * 24 * 90, blockDuration: 60 * 60 }
-}
-
-/** The 429 of the recipe, with its Retry-After. */
-const tooMany = (reply, res) => reply.code(429).header('retry-after', String(Math.round(res.msBeforeNext / 1000) || 1)).send({ error: 'Too Many Requests' })
-
-/**
- * rate-limiter-flexible's "Login endpoint protection" recipe, with the declared client id as the
- * username: both limiters read before the check (the route refuses when either is over its
- * points), both consumed on a failure (the named client exists, so the recipe counts its pair), the
- * pair's record deleted on a success.
- */
-function rateLimiterFlexibleRecipe () {
-  const slowBruteByIP = simulatedLimiter(RLF_LIMITERS.slowBruteByIP)
-  const consecutiveFailsByUsernameAndIP = simulatedLimiter(RLF_LIMITERS.consecutiveFailsByUsernameAndIP)
-  const usernameIPkey = request => `${request.body.client_id}_${request.ip}`
-  const seen = new WeakMap() // request -> the pair's record as read before the check
-  return {
-    name: 'rate-limiter-flexible, login recipe',
-    library: 'rate-limiter-flexible',
-    setup: RLF_LIMITERS,
-    async register () {
-      return {
-        preHandler: async (request, reply) => {
-          const [resUsernameAndIP, resSlowByIP] = await Promise.all([
-            consecutiveFailsByUsernameAndIP.get(usernameIPkey(request)),
-            slowBruteByIP.get(request.ip)
-          ])
-          seen.set(request, resUsernameAndIP)
-          if (resSlowByIP !== null && resSlowByIP.consumedPoints > MAX_WRONG_ATTEMPTS_BY_IP_PER_DAY) return tooMany(reply, resSlowByIP)
-          if (resUsernameAndIP !== null && resUsernameAndIP.consumedPoints > MAX_CONSECUTIVE_FAILS_BY_USERNAME_AND_IP) return tooMany(reply, resUsernameAndIP)
-        }
-      }
-    },
-    async failed (request, reply) {
-      try {
-        await Promise.all([slowBruteByIP.consume(request.ip), consecutiveFailsByUsernameAndIP.consume(usernameIPkey(request))])
-        return reply.code(401).send(INVALID_CLIENT)
-      } catch (rejected) {
-        if (rejected instanceof Error) throw rejected
-        return tooMany(reply, rejected)
-      }
-    },
-    async accepted (request) {
-      const resUsernameAndIP = seen.get(request)
-      if (resUsernameAndIP !== null && resUsernameAndIP.consumedPoints > 0) await consecutiveFailsByUsernameAndIP.delete(usernameIPkey(request))
-    }
-  }
-}
+/** examples/server.js's per-source failure budget, among its TOKEN_PACES. */
+const PER_SOURCE_BUDGET = TOKEN_PACES.find(pace => pace.key === 'source' && pace.spend === 'rejected')
 
 const CONFIGURATIONS = [
-  exchangepaceWith('exchangepace, recommended three', TOKEN_PACES),
-  exchangepaceWith('exchangepace, three + per-source budget', [...TOKEN_PACES, PER_SOURCE_BUDGET]),
+  exchangepaceWith('exchangepace, recommended three', TOKEN_PACES.filter(pace => pace !== PER_SOURCE_BUDGET)),
+  exchangepaceWith('exchangepace, three + per-source budget', TOKEN_PACES),
   fastifyRateLimitWith('@fastify/rate-limit, README login example'),
   fastifyRateLimitWith('@fastify/rate-limit, the same keyed by client id', request => request.body.client_id),
   rateLimiterFlexibleRecipe()

@@ -467,6 +467,32 @@ function floodSection (flood) {
     ])))
     out.push('', "A stranger under check holds a unit, so enough strangers in flight crowd out the victim under any limiter that keeps the rate (the reference's refusals). exchangepace's refund reads only the key's row, which keeps the run's latest grant time, its count and which of its 32 latest grants were refunded: where the reference would give a unit back in full, exchangepace sometimes gives back part of it (the refunds section of docs/design.md), and the victim at exactly its rate feels that most. @fastify/rate-limit counts every stranger against the victim's window.", '')
   }
+  if (flood.madeUp !== undefined) out.push(madeUpSection(flood.madeUp))
+  return out.join('\n')
+}
+
+/** Part 5's made-up ids from many sources (bench/made-up-ids.js). */
+function madeUpSection (madeUp) {
+  const { sources, idsPerSource } = madeUp.settings
+  const out = ['### Made-up ids from many sources', '',
+    `Wrong secrets under made-up client ids, simulated time through inject: ${sources} sources (IPv4 addresses; then IPv6 /64s of one /48) send ${idsPerSource} made-up ids each, in turn, one request a millisecond, while the real client calls every ${madeUp.clientEveryMs} ms from its own address. Each limiter as recommended for a login-like endpoint (part 8's configurations): exchangepace with examples/server.js's token paces (the per-source failure budget among them) and \`isClient\`, and without \`isClient\`; @fastify/rate-limit's README login example; rate-limiter-flexible's login recipe. Records: what the limiter holds at the end (exchangepace: rows over all its paces). Heap growth over the flood after a full GC; RSS of the process (one replica).`, '',
+    mdTable(['configuration', 'sources', 'records', 'heap growth', 'RSS', "real client's 200s"], madeUp.recommended.map(r => [
+      r.name, r.family, r.rows.toLocaleString('en-US'), `${f(r.heapGrowthMB, 2)} MB`, `${f(r.rssMB, 0)} MB`, `${r.client.ok} of ${r.client.calls}`
+    ])), '',
+    "With `isClient` a made-up id is no key of the client pace or the pair's budget: exchangepace holds a row per source in the per-source failure budget and the source ceiling, whatever the number of ids. Without it, each made-up id that failed keeps a pair row for the budget's refill (12 minutes for 5 an hour); the recipe keeps a record per made-up id and address, for 90 days. @fastify/rate-limit's login example keys by address alone (and its LRU holds 5,000 at most).", '',
+    '**The row ceiling.** The per-source failure budget (100 a day) in one replica\'s memory, one failure from each of N sources (100,000 a second of simulated time), after a guesser whose 100 failures were spent before:', '',
+    mdTable(['sources', 'maxKeys', 'rows', 'new sources refused', 'heap growth', 'the locked-out guesser still refused'], madeUp.ceilings.map(c => [
+      c.sources.toLocaleString('en-US'), c.maxKeys === null || c.maxKeys === Infinity ? 'none' : c.maxKeys.toLocaleString('en-US'), c.rows.toLocaleString('en-US'), c.refused.toLocaleString('en-US'), `${f(c.heapGrowthMB, 1)} MB`, c.lockedOutStillRefused ? 'yes' : 'no'
+    ])), '',
+    'At the ceiling the rows with the most units left (a source that failed once) are forgotten first, an eighth of the ceiling at a time, and no new source is refused while such rows remain; the spent row of the locked-out guesser is never forgotten.', '']
+  const redis = madeUp.redis
+  if (redis.skipped !== undefined) {
+    out.push(`On Redis: not measured (${redis.skipped}).`, '')
+  } else {
+    out.push(`**On Redis** (${redis.version.split(' ').slice(0, 3).join(' ')}, a server of the bench's own): one made-up id with a wrong secret from each of N IPv6 /64s, through the plugin with the recommended paces and \`isClient\`:`, '',
+      mdTable(['sources', 'keys', 'used_memory growth'], redis.runs.map(r => [r.sources.toLocaleString('en-US'), r.keys.toLocaleString('en-US'), `${f(r.usedMemoryGrowthMB, 1)} MB`])), '',
+      'A key per source in the failure budget (for a day), and the ceiling\'s keys of the last second: no key per made-up id.', '')
+  }
   return out.join('\n')
 }
 

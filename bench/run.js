@@ -45,7 +45,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [], latency: [], timeouts: [], faults: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: ['--expose-gc'], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [], latency: [], timeouts: [], faults: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

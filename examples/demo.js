@@ -1,8 +1,9 @@
 // `npm run demo`: starts the example authorization server (examples/server.js) on a free port with
 // the default in-memory store, plays a short script against it over real HTTP, and prints what the
 // paces did. It takes about six seconds, most of it spent waiting for buckets to refill between
-// phases. The legitimate client calls from 127.0.0.1 and the guesser from 127.0.0.2 (Linux and
-// macOS route the whole 127.0.0.0/8 to the loopback interface).
+// phases. The legitimate client calls from 127.0.0.1, the guesser from 127.0.0.2 and the flood of
+// made-up client ids from 127.0.0.3 (Linux and macOS route the whole 127.0.0.0/8 to the loopback
+// interface).
 //
 // The columns count responses as the caller saw them, except "refunded", which is counted on the
 // server: a request whose handler marked the exchange rejected while it held a unit of the
@@ -20,9 +21,10 @@ import { buildServer } from './server.js'
 const CLIENT = { id: 'reporting', secret: 'reporting-secret', perSecond: 5 }
 const CLIENT_PACE = '/token#client'
 
-/** Where the legitimate client calls from, and where the guesser does. */
+/** Where the legitimate client calls from, where the guesser does, and the flood of made-up ids. */
 const CLIENT_ADDRESS = '127.0.0.1'
 const GUESSER_ADDRESS = '127.0.0.2'
+const FLOOD_ADDRESS = '127.0.0.3'
 
 /** Longer than one second, so that every bucket the previous phase used is full again. */
 const REFILL_PAUSE_MS = 1100
@@ -129,8 +131,8 @@ export async function runDemo ({ log = console.log } = {}) {
       Promise.all(Array.from({ length: 5 }, asLegitimateClient)))
     await sleep(REFILL_PAUSE_MS)
 
-    await phase('flood: 200 random client ids, wrong secrets, at once', () =>
-      Promise.all(Array.from({ length: 200 }, () => asStranger(`app-${randomBytes(6).toString('hex')}`))))
+    await phase(`flood: 200 made-up client ids from ${FLOOD_ADDRESS}, at once`, () =>
+      Promise.all(Array.from({ length: 200 }, () => asStranger(`app-${randomBytes(6).toString('hex')}`, FLOOD_ADDRESS))))
     await sleep(REFILL_PAUSE_MS)
 
     await phase(`burst: ${CLIENT.id} sends 12 at once`, () =>
@@ -160,7 +162,8 @@ function printReport (log, phases, rows) {
   log('rejected: answered 4xx other than 429 (here: 401 invalid_client, the wrong secret)')
   log('limited:  answered 429 by a pace, with Retry-After; the handler did not run. The guesser\'s come from')
   log('          /token#client+source:rejected: 5 failures an hour for one client id from one address;')
-  log('          the flood\'s from /token#source: one address gets 50 token requests a second, whatever ids it names')
+  log('          the flood\'s from /token#source: one address gets 50 token requests a second, whatever ids it names,')
+  log('          and from /token#source:rejected: 100 failures a day per address')
   log(`refunded: units of ${CLIENT_PACE} given back because the handler flagged the exchange rejected`)
   log(`client rows: live rows in ${CLIENT_PACE} after the phase (a row exists only for a key that spent)`)
   log('')
@@ -169,8 +172,9 @@ function printReport (log, phases, rows) {
   for (const r of rows) log(`  ${r.name.padEnd(nameWidth)}${rate(r).padStart(12)}${String(r.rows).padStart(6)}`)
   const named = phases.reduce((sum, p) => sum + p.refunded, 0)
   log(`Only ${CLIENT.id} spent from ${CLIENT_PACE} in the last second; the ${named} refunded requests, which named`)
-  log('client ids without their secrets, left no row there. Their failures are kept, one row per id and')
-  log('address, for as long as the budget takes to refill.')
+  log(`${CLIENT.id} without its secret, left no row there. The guesser's failures are kept, one row for its id and`)
+  log('address, for as long as the budget takes to refill. The made-up ids name no client (isClient): they')
+  log('took nothing keyed by a client id, and their failures are one row for their address in /token#source:rejected.')
 }
 
 /** `5/s`, or `10/600s` for a pace of a limit per window. */

@@ -28,12 +28,16 @@ const { OAuthError, Request, Response } = OAuth2Server
  * - a failure budget per (declared client id, source address), spent only by exchanges the library
  *   rejected: 5 an hour, so guessing a client's secret is slow, and the client, calling from its
  *   own addresses, never meets a guesser's budget;
+ * - a failure budget per source address, whatever id a failure names: 100 a day. A client id that
+ *   names no client (isClient, at registration) spends only this one, so a flood of made-up ids
+ *   leaves a row per address, not per id;
  * - per declared client id, spent only by exchanges the library accepted: a request that fails
  *   client authentication gives its unit back to the id it named;
  * - per source address, spent by every request: a ceiling on what one address can try.
  */
 const TOKEN_ENDPOINT_PACES = [
   { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
+  { limit: 100, window: 86400, key: 'source', spend: 'rejected' },
   { perSecond: 5, key: 'client', spend: 'accepted' },
   { perSecond: 50, key: 'source', spend: 'every' }
 ]
@@ -335,7 +339,7 @@ export function buildServer (options = {}) {
   const { logger = false, now, store, adminToken = DEMO_ADMIN_TOKEN } = options
   const app = Fastify({ logger })
   app.register(formbody)
-  app.register(exchangePace, { now, store })
+  app.register(exchangePace, { now, store, isClient: id => CLIENTS.has(id) })
   app.register(routes)
   app.register(adminRoutes, { adminToken })
   return app

@@ -3,7 +3,8 @@
 //
 //   POST /token       client_credentials, and the device_code grant (RFC 8628), paced per grant
 //                     (tokenPaces below): a failure budget per declared client id and source
-//                     address (5 failed authentications an hour), exchanges per declared client
+//                     address (5 failed authentications an hour) and one per source address
+//                     (100 a day, which alone counts a made-up client id), exchanges per declared client
 //                     id (5/s, refunded when authentication fails; not the device's polls), polls
 //                     per device_code (one per 5 s interval, refused with 400 slow_down), and per
 //                     source address (50/s, every request counts)
@@ -193,6 +194,9 @@ function clientPaces (perClient, perSource) {
     // every 12 minutes, so guessing a secret is slow (docs/benchmarks.md, the guessing part), and
     // the real client, calling from its own addresses, never meets the guesser's budget.
     { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
+    // Failed client authentications per source address, whatever id they name: 100 a day. A
+    // made-up client id (isClient below) spends only this, so made-up ids leave a row per source.
+    { limit: 100, window: 86400, key: 'source', spend: 'rejected' },
     // Requests per declared client id: only those of authenticated clients spend, so a stranger
     // naming a client cannot spend its pace.
     { perSecond: perClient, key: 'client', spend: 'accepted' },
@@ -211,13 +215,14 @@ export const TOKEN_PACES = clientPaces(5, 50)
  * device pace's refusal (device-flow.js).
  */
 export function tokenPaces (slowDown) {
-  const [failures, exchanges, ceiling] = TOKEN_PACES
+  const [failures, sourceFailures, exchanges, ceiling] = TOKEN_PACES
   return [
     // Polls per device code: one per interval, answered 400 slow_down when faster (RFC 8628
     // section 3.5). Every poll counts: a pending answer is an answer. First, so that a poll too
     // soon takes nothing from the paces after it.
     { limit: 1, window: DEVICE_INTERVAL, key: 'device_code', spend: 'every', refusal: slowDown },
     failures,
+    sourceFailures,
     { ...exchanges, exceptGrantTypes: [DEVICE_GRANT] },
     ceiling
   ]
@@ -377,7 +382,8 @@ export function buildServer (options = {}) {
       }
     }
   })
-  app.register(exchangePace, now === undefined ? {} : { now })
+  // isClient: a declared id that names no registered client spends no pace keyed by the client id.
+  app.register(exchangePace, { isClient: id => CLIENTS.has(id), ...(now === undefined ? {} : { now }) })
   app.register(routes(serverState(now ?? (() => performance.now()))))
   return app
 }

@@ -145,6 +145,28 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.equal(ratelimit.rows, 5000, 'counted in its store: its LRU, full')
   })
 
+  t.test('flood: made-up ids from many sources leave rows per source under exchangepace as recommended, per id without isClient', async t => {
+    const madeUp = read(out, 'flood').madeUp
+    t.same([madeUp.settings.sources, madeUp.settings.idsPerSource], [5, 4])
+    const by = (name: string, family: string): Json => madeUp.recommended.find((r: Json) => r.name === name && r.family === family)
+    for (const family of ['IPv4', 'IPv6 /48']) {
+      const recommended = by('exchangepace, recommended', family)
+      t.same(recommended.attackerStatuses, { 401: 20 }, `${family}: every made-up id reached the check, within its source's budget`)
+      t.ok(recommended.rows <= 2 * 5 + 2, `${family}: rows per source (budget and ceiling) and the real client's: ${recommended.rows}`)
+      t.ok(by('exchangepace, recommended without isClient', family).rows >= 20, `${family}: without isClient, a pair row per made-up id`)
+      t.ok(by('rate-limiter-flexible, login recipe', family).rows >= 20, `${family}: the recipe keeps a record per made-up id and address`)
+      for (const r of madeUp.recommended.filter((r: Json) => r.family === family)) t.equal(r.client.ok, r.client.calls, `${r.name}, ${family}: the real client served`)
+    }
+    for (const c of madeUp.ceilings) {
+      t.equal(c.rows, 201, `${c.sources} sources under maxKeys ${c.maxKeys}: a row each, and the locked-out guesser's`)
+      t.equal(c.lockedOutStillRefused, true)
+    }
+    if (!ran(t, 'the made-up ids on Redis', madeUp.redis.skipped)) return
+    const [run] = madeUp.redis.runs
+    t.same(run.statuses, { 401: 100 })
+    t.ok(run.keys >= 100 && run.keys <= 2 * 100 + 10, `keys per source in Redis, not per id: ${run.keys}`)
+  })
+
   t.test('flood: strangers naming the victim under check do not crowd it out at 100/s; they do under a fixed window', async t => {
     const [row] = read(out, 'flood').borrowedName.cases
     t.same([row.clientPerSecond, row.strangersPerSecond], [8, 100])

@@ -122,7 +122,7 @@ if (redis !== null) {
     await token('a-wrong-secret')
     await cli('block', '--pace', '/token#client', '--client', 'webapp', '--seconds', '600')
     const before = await snapshot()
-    t.same(before.map(([key]) => key), [`${prefix}/token#client+source%3Arejected:reporting-service\u001f127.0.0.1`, `${prefix}/token#client:webapp`, `${prefix}blocks`], 'a failure budget\'s row, a block, and the index of blocks to keep')
+    t.same(before.map(([key]) => key), [`${prefix}/token#client+source%3Arejected:reporting-service\u001f127.0.0.1`, `${prefix}/token#client:webapp`, `${prefix}/token#source%3Arejected:127.0.0.1`, `${prefix}blocks`], 'the failure budgets\' rows, a block, and the index of blocks to keep')
     const bad: string[][] = [
       ['unblock', ...pair],
       ['block', ...pair, '--seconds=-5'],

@@ -62,7 +62,7 @@ t.test('a device polling at its interval gets authorization_pending, then its to
   const pending = await poll()
   t.equal(pending.statusCode, 400)
   t.equal(pending.json().error, 'authorization_pending')
-  t.equal(pending.headers.ratelimit, '"/token#source";r=49;t=1, "/token#device_code";r=0;t=5, "/token#client+source:rejected";r=5;t=0', 'the device reads its own quotas')
+  t.equal(pending.headers.ratelimit, '"/token#source";r=49;t=1, "/token#device_code";r=0;t=5, "/token#client+source:rejected";r=5;t=0, "/token#source:rejected";r=100;t=0', 'the device reads its own quotas')
   s.at(5000)
   t.equal((await poll()).json().error, 'authorization_pending')
   const approved = await s.post('/device', { user_code: codes.user_code.toLowerCase() })

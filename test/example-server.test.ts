@@ -48,12 +48,14 @@ t.test('every failure of client authentication is refunded and leaves no row', a
     const response = await token(headers, payload)
     t.equal(response.statusCode, statusCode, what)
     t.equal(response.json().error, error, what)
-    // The caller's own quotas only: its address's ceiling, and its failure budget for the id it named.
-    const failures = headers.authorization !== undefined || /client_id=/.test(payload) ? ', "/token#client+source:rejected";q=5;w=3600' : ''
-    t.equal(response.headers['ratelimit-policy'], `"/token#source";q=50;w=1${failures}`, `${what}: only the caller's own quotas are shown`)
+    // The caller's own quotas only: its address's ceiling and failure budget, and its failure
+    // budget for the id it named when that id names a client (isClient).
+    const failures = (headers.authorization !== undefined || /client_id=/.test(payload)) && !/client_id=nobody/.test(payload) ? ', "/token#client+source:rejected";q=5;w=3600' : ''
+    t.equal(response.headers['ratelimit-policy'], `"/token#source";q=50;w=1${failures}, "/token#source:rejected";q=100;w=86400`, `${what}: only the caller's own quotas are shown`)
   }
   t.equal(clientRows(), 0)
-  t.equal(app.pace.get('/token#client+source:rejected')!.size, 2, 'the failures are kept, per named id and address: reporting and nobody')
+  t.equal(app.pace.get('/token#client+source:rejected')!.size, 1, 'the failures naming a client are kept per id and address: reporting\'s; nobody, named by no client, has no row')
+  t.equal(app.pace.get('/token#source:rejected')!.size, 1, 'every failure is counted for its address')
 })
 
 t.test('a guesser gets five wrong secrets an hour from one address; the client, from its own, keeps its rate', async t => {

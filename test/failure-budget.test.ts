@@ -312,3 +312,76 @@ t.test('property: an accepted exchange never consumes a failure budget: one afte
   }), { numRuns: 60 })
   t.pass('every guess decided the same with and without the accepted exchanges')
 })
+
+/** A token endpoint paced by `paces` whose handler waits at `gate` until the test opens it, counting the requests that reached it. */
+async function gatedApp (t: TapTest, paces: PaceRouteOptions[], options: Record<string, unknown> = {}) {
+  const clock = { t: 0 }
+  let open: () => void = () => {}
+  const gate = new Promise<void>(resolve => { open = resolve })
+  const waiting = { n: 0, reached: (): void => {} }
+  const app = await build(t, { now: () => clock.t, ...options }, app => {
+    app.post('/token', { config: { pace: paces } }, async (request: FastifyRequest, reply: FastifyReply) => {
+      waiting.n++
+      waiting.reached()
+      await gate
+      const body = request.body as Record<string, string>
+      if (SECRETS.get(body.client_id) !== body.client_secret) {
+        request.pace.outcome = 'rejected'
+        return reply.code(401).send({ error: 'invalid_client' })
+      }
+      return { access_token: 'token', token_type: 'Bearer' }
+    })
+  })
+  /** Resolves once `n` requests wait in the handler. */
+  const inHandler = (n: number) => new Promise<void>(resolve => {
+    waiting.reached = () => { if (waiting.n === n) resolve() }
+  })
+  return { app, clock, open, inHandler }
+}
+
+t.test('a refusal that only units in flight cause says so and asks for a second; once they settle as successes the budget is whole', async t => {
+  const events: Array<{ type: string, retryAfterMs: number }> = []
+  const { app, open, inHandler } = await gatedApp(t, [FAILURES], { onEvent: (event: { type: string, retryAfterMs: number }) => events.push(event) })
+  const reached = inHandler(3)
+  const burst = Array.from({ length: 3 }, () => real(app).then(response => response))
+  await reached
+  const refused = await real(app)
+  t.equal(refused.statusCode, 429, 'three in flight hold the budget of three')
+  t.equal(refused.headers['retry-after'], '1')
+  t.same(refused.json(), { error: 'temporarily_unavailable', error_description: 'Too many requests in flight for this /token pace; retry after 1 second' })
+  t.match(events, [{ type: 'refused', retryAfterMs: 1000 }], 'the event tells the same wait')
+  open()
+  t.same((await Promise.all(burst)).map(response => response.statusCode), [200, 200, 200])
+  t.equal((await real(app)).statusCode, 200, 'the units came back: the budget is whole')
+  t.same(await statuses([0, 1, 2, 3].map(i => () => guess(app, i))), [401, 401, 401, 429])
+  const spent = await guess(app, 9)
+  t.equal(spent.headers['retry-after'], '200', 'a budget spent by settled failures tells its refill time')
+  t.match(spent.json(), { error_description: 'Too many requests for this /token pace; retry after 200 seconds' })
+})
+
+t.test('a key blocked while a unit is in flight is told the block\'s time', async t => {
+  const { app, open, inHandler } = await gatedApp(t, [FAILURES])
+  const reached = inHandler(1)
+  const flying = guess(app, 0).then(response => response)
+  await reached
+  await app.pace.block('/token', { client: 'victim', source: GUESSER }, 3600)
+  const refused = await guess(app, 1)
+  t.equal(refused.headers['retry-after'], '3600', 'a block is longer than any unit in flight could cover')
+  t.match(refused.json(), { error_description: 'Too many requests for this /token pace; retry after 3600 seconds' })
+  open()
+  t.equal((await flying).statusCode, 401)
+})
+
+t.test('units never settled (hijacked replies) stay in flight for at most 10,000 keys; beyond, a refusal tells the refill time', async t => {
+  const clock = { t: 0 }
+  const app = await build(t, { now: () => clock.t }, app => {
+    app.post('/token', { config: { pace: [{ limit: 1, window: 600, key: ['client', 'source'], spend: 'rejected' }] } }, async (request: FastifyRequest, reply: FastifyReply) => {
+      reply.hijack() // never settled: the unit stays spent, and counted in flight
+      reply.raw.end()
+    })
+  })
+  for (let i = 0; i < 10_000; i++) await post(app, GUESSER, ['client_id', `hijacked-${i}`])
+  t.match((await post(app, GUESSER, ['client_id', 'hijacked-0'])).json(), { error_description: 'Too many requests in flight for this /token pace; retry after 1 second' }, 'a counted key')
+  await post(app, GUESSER, ['client_id', 'one-more'])
+  t.match((await post(app, GUESSER, ['client_id', 'one-more'])).json(), { error_description: 'Too many requests for this /token pace; retry after 600 seconds' }, 'the 10,001st key was not counted')
+})

@@ -80,7 +80,7 @@ t.test('GET /admin/paces names every pace', async t => {
   const app = await server(t)
   const response = await app.inject({ url: '/admin/paces', headers: { authorization: `bearer ${ADMIN}` } })
   t.equal(response.statusCode, 200, 'the scheme is case-insensitive')
-  t.same(response.json().paces.sort(), ['/admin#source:rejected', '/authorize', '/token#client', BUDGET, '/token#source'])
+  t.same(response.json().paces.sort(), ['/admin#source:rejected', '/authorize', '/token#client', BUDGET, '/token#source', '/token#source:rejected'])
 })
 
 t.test('bad input is a 400 invalid_request naming what is wrong, and changes nothing', async t => {

@@ -82,12 +82,14 @@ t.test('a burst above the rate is a 429 with Retry-After and an OAuth error body
   t.equal(refusals.length, 3)
   for (const error of refusals) {
     t.type(error, client.ResponseBodyError)
+    // The client pace refuses, or, while the burst's units are still in flight, the failure budget
+    // they hold (asked first) says so: a second either way, never the budget's 12 minutes.
     t.match(error, {
       name: 'ResponseBodyError',
       code: 'OAUTH_RESPONSE_BODY_ERROR',
       status: 429,
       error: 'temporarily_unavailable',
-      error_description: 'Too many requests for this /token#client pace; retry after 1 second',
+      error_description: /^Too many requests (for this \/token#client pace|in flight for this \/token#client\+source:rejected pace); retry after 1 second$/,
       cause: { error: 'temporarily_unavailable' }
     })
     t.equal(error.response.headers.get('retry-after'), '1', 'the Retry-After header, on the error\'s response')
@@ -100,6 +102,18 @@ t.test('a burst above the rate is a 429 with Retry-After and an OAuth error body
   t.match(raw.headers.get('content-type'), /^application\/json/)
   t.equal(raw.headers.get('ratelimit-policy'), '"/token#source";q=50;w=1', 'only the source quota is shown')
   t.same(await raw.json(), { error: 'temporarily_unavailable', error_description: 'Too many requests for this /token#client pace; retry after 1 second' })
+})
+
+t.test('a made-up client id takes nothing from the paces keyed by a client id: its failure counts for its address alone', async t => {
+  const { app, token } = await listening(t)
+  for (let i = 0; i < 3; i++) {
+    const response = await token({ ...form, authorization: basic(`made-up-${i}`, 'guess') }, 'grant_type=client_credentials')
+    t.equal(response.status, 401)
+  }
+  t.equal(app.pace.get('/token#client+source:rejected')!.size, 0, 'no pair row for a made-up id (isClient)')
+  t.equal(app.pace.get('/token#client')!.size, 0)
+  t.equal(app.pace.get('/token#source:rejected')!.size, 1, 'the failures counted for the address')
+  t.equal(app.pace.get('/token#source:rejected')!.inspect('127.0.0.1').remaining, 97, 'three of its 100 a day')
 })
 
 t.test('a stranger with a wrong secret spends nothing of the real client\'s pace', async t => {

@@ -540,3 +540,12 @@ t.test('a block', async t => {
     t.equal(drain(pace, 'k'), 10, 'and a full bucket to spend')
   })
 })
+
+t.test('a block that finds the table due for a sweep keeps the rows not yet full', async t => {
+  const clock = { ms: 0 }
+  const pace = new Pace({ perSecond: 1, now: () => clock.ms })
+  for (let i = 0; i < 16; i++) pace.reserve(`k${i}`) // the table's first 16 slots: a sweep is due at the next insert
+  pace.block('blocked', 3_600_000)
+  t.equal(pace.size, 17, 'the sweep ran at the time of the block, not at its end')
+  t.equal(pace.inspect('k0').remaining, 0, 'k0 spent its unit a moment ago')
+})

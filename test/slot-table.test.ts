@@ -297,3 +297,15 @@ t.test('after shrinking, slots freed before it are not handed out twice', async 
   t.equal(slots.size, 32)
   t.same(valuesOf(table, 64), Array.from({ length: 16 }, (_, i) => 48 + i))
 })
+
+t.test('removeLowest removes the lowest numbers at most a limit, equal ones in the order of insertion, and lowest finds the lowest', async t => {
+  const table = new SlotTable()
+  for (const [key, number] of [['c1', 3], ['a', 1], ['c2', 3], ['b', 2], ['c3', 3], ['high', 50]] as const) table.insert(key, number, 0)
+  t.equal(table.removeLowest(10, 3), 3)
+  t.same(['a', 'b', 'c1', 'c2', 'c3', 'high'].map(key => table.slot(key) !== -1), [false, false, false, true, true, true], 'a, b, then the first 3 inserted')
+  t.equal(table.lowest(), 3)
+  t.equal(table.removeLowest(10, 5), 2, 'fewer at most the limit than asked for: all of them')
+  t.equal(table.size, 1)
+  t.equal(table.removeLowest(10, 1), 0, 'none at most the limit')
+  t.equal(new SlotTable().lowest(), Infinity)
+})

@@ -19,7 +19,15 @@ export type PaceRate =
 export type PaceOptions = PaceRate & {
   /** Monotonic clock in milliseconds. Default: `performance.now`. */
   now?: Clock | undefined
+  /** Rows kept at most (see `Pace`, "The ceiling"): an integer >= 1, or Infinity. Default: Infinity. */
+  maxKeys?: number | undefined
 }
+
+/** At the ceiling, an eighth of it is forgotten at once, so that the look at every row is paid once per that many new keys. */
+const FORGET_SHARE = 8
+
+/** When a look at the rows at the ceiling freed less than an eighth, the next is at most this many ms later. */
+const LOOK_AGAIN_MS = 1000
 
 /**
  * Scaled time: one millisecond is `limit` ticks, so one unit refills in exactly `1000 * window`
@@ -104,6 +112,16 @@ function refusal (key: string, now: number, retryAfterMs: number, fullInMs: numb
 /**
  * A token bucket per key: the pace of a route, for one replica.
  *
+ * The ceiling (`maxKeys`): a new key that finds the table at its ceiling first sweeps it; if that
+ * is not enough, the fullest rows that still hold a whole unit are forgotten (an eighth of the
+ * ceiling, fullest first: forgetting a row gives its key a full bucket, and the fullest cost the
+ * least), and the new key gets its row. A spent row (no whole unit left) and a blocked one are
+ * never forgotten: while every row is spent the new key is refused, until the fullest row holds a
+ * unit again. A look that freed less than an eighth is not repeated for `LOOK_AGAIN_MS` or until
+ * the fullest row left holds a unit, whichever is sooner; new keys are refused meanwhile. A key
+ * that has a row is never refused for the ceiling. So the table never holds more than `maxKeys`
+ * rows, and the keys it forgets are those that, given a full bucket, gain the least.
+ *
  * - Capacity: `limit` units (for a `perSecond` pace, one second of it), so a key that was silent
  *   for an hour may spend one bucket at once and no more. Refill is continuous: after d ms,
  *   d * perSecond / 1000 units are back, where `perSecond` is `limit / window`. A bucket refills
@@ -139,22 +157,30 @@ export class Pace {
   readonly limit: number
   /** Seconds a bucket takes to refill from empty to full. */
   readonly window: number
+  /** Rows kept at most (see "The ceiling"). */
+  readonly maxKeys: number
   readonly #now: Clock
   /** One unit, in ticks. */
   readonly #unit: number
   /** `limit` units, in ticks. */
   readonly #capacity: number
   readonly #table = new SlotTable()
+  /** Scaled time before which a new key at the ceiling is refused without a look at the rows. */
+  #lookAt = -Infinity
   /** Scaled time at which a sweep is next due (one horizon after the last), and the table size at which one is due sooner. */
   #sweepAtTime: number
   #sweepAtSize = SlotTable.MIN_SLOTS
 
   constructor (options: PaceOptions) {
     const { limit, window } = checkRate(options ?? {})
-    const { now = monotonic } = options
+    const { now = monotonic, maxKeys = Infinity } = options
     if (typeof now !== 'function') {
       throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
     }
+    if (maxKeys !== Infinity && !(Number.isInteger(maxKeys) && maxKeys >= 1)) {
+      throw new TypeError(`exchangepace: maxKeys must be an integer >= 1 or Infinity, got ${got(maxKeys)}`)
+    }
+    this.maxKeys = maxKeys
     this.limit = limit
     this.window = window
     this.perSecond = limit / window
@@ -195,14 +221,42 @@ export class Pace {
     let before = NO_ROW
     if (running) count = table.addCount(slot, after, now)
     else if (slot !== -1) before = table.restart(slot, after, now)
-    else slot = this.#insert(key, after, now)
+    else if ((slot = this.#insert(key, after, now)) === -1) return this.#refuseNewKey(key, now)
     return new Reservation(this, key, slot, table.stamp(slot), count, now, before, true, Math.floor((SLACK - shortfall) / unit), 0, (after - now) / limit)
   }
 
-  /** Adds `key`'s row, the first grant of a run. Only an insert grows the table, so only an insert can find it doubled since the last sweep. */
+  /**
+   * Adds `key`'s row, the first grant of a run, and returns its slot; -1 when the table is at its
+   * ceiling and no row may be forgotten. Only an insert grows the table, so only an insert can
+   * find it doubled since the last sweep.
+   */
   #insert (key: string, after: number, now: number): number {
-    if (this.#table.size >= this.#sweepAtSize) this.#sweep(now)
-    return this.#table.insert(key, after, now)
+    const table = this.#table
+    if (table.size >= this.#sweepAtSize) this.#sweep(now)
+    if (table.size >= this.maxKeys && !this.#makeRoom(now)) return -1
+    return table.insert(key, after, now)
+  }
+
+  /**
+   * The table is at its ceiling: sweeps it, then forgets the fullest rows that hold a whole unit
+   * (see "The ceiling" above). Says whether there is room for a row.
+   */
+  #makeRoom (now: number): boolean {
+    if (now < this.#lookAt) return false
+    const table = this.#table
+    this.#sweep(now)
+    if (table.size < this.maxKeys) return true
+    const spare = this.#capacity - this.#unit
+    const wanted = Math.ceil(this.maxKeys / FORGET_SHARE)
+    const forgotten = table.removeLowest(now + spare + SLACK, wanted)
+    if (forgotten < wanted) this.#lookAt = Math.min(table.lowest() - spare, now + LOOK_AGAIN_MS * this.limit)
+    return forgotten > 0
+  }
+
+  /** A new key found the table at its ceiling with every row spent: refused until the next look at the rows. */
+  #refuseNewKey (key: string, now: number): Reservation {
+    const waitMs = (this.#lookAt - now) / this.limit
+    return refusal(key, now, waitMs, waitMs)
   }
 
   /**
@@ -255,9 +309,15 @@ export class Pace {
   block (key: string, ms: number): void {
     const now = this.#now() * this.limit
     const until = now + ms * this.limit
-    const slot = this.#table.slot(key)
-    if (slot === -1) this.#insert(key, Infinity, until)
-    else this.#table.restart(slot, Infinity, until)
+    const table = this.#table
+    const slot = table.slot(key)
+    if (slot !== -1) {
+      table.restart(slot, Infinity, until)
+      return
+    }
+    // An operator's block is kept whatever the ceiling: blocks are few, and each is meant.
+    if (table.size >= this.#sweepAtSize) this.#sweep(now)
+    table.insert(key, Infinity, until)
   }
 
   /**

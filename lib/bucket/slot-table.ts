@@ -182,6 +182,46 @@ export class SlotTable {
   }
 
   /**
+   * Removes up to `most` keys whose number is at most `limit`, the lowest numbers first (equal
+   * ones in the order their keys were inserted), and returns how many. Runs in time proportional
+   * to the number of keys, and sorts the numbers found only when there are more than `most`.
+   */
+  removeLowest (limit: number, most: number): number {
+    const doubles = this.#doubles
+    const found: number[] = []
+    for (const slot of this.#slotOf.values()) {
+      if (doubles[slot << 2] <= limit) found.push(doubles[slot << 2])
+    }
+    let below = limit
+    let atLimit = most
+    if (found.length > most) {
+      const sorted = Float64Array.from(found).sort()
+      below = sorted[most - 1]
+      // Keys numbered below the threshold all go; of those at it, as many as are left to remove.
+      let under = 0
+      while (sorted[under] < below) under++
+      atLimit = most - under
+    }
+    let removed = 0
+    for (const [key, slot] of this.#slotOf) {
+      const number = doubles[slot << 2]
+      if (number < below || (number === below && atLimit-- > 0)) {
+        this.remove(key, slot)
+        removed++
+      }
+    }
+    return removed
+  }
+
+  /** The lowest number of any key; Infinity when there is none. */
+  lowest (): number {
+    const doubles = this.#doubles
+    let lowest = Infinity
+    for (const slot of this.#slotOf.values()) lowest = Math.min(lowest, doubles[slot << 2])
+    return lowest
+  }
+
+  /**
    * Moves the live records to the front of a buffer of `length` slots (`length` > live keys), with
    * an empty free list. Reassigning an existing key's slot in the Map updates it in place and
    * allocates no entry.

@@ -26,6 +26,8 @@ export interface BoundPace extends Observed {
 export interface Holding extends HeldReservation {
   readonly quota: QuotaItems
   readonly bound: BoundPace
+  /** A failure budget's unit counted in its pace's `inFlight` until it is settled. */
+  flying: boolean
 }
 
 /** What binding a route's paces needs from the plugin instance. */

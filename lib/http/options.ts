@@ -30,7 +30,25 @@ export interface ExchangePaceOptions {
    * Fastify's own request log has them. Default: false.
    */
   logClientIds?: boolean | undefined
+  /**
+   * Whether a declared client id names a registered client, asked synchronously (the registry
+   * `rateOf` reads). A request whose declared id names none takes nothing from the paces keyed by
+   * the client id (`'client'`, `['client', 'source']`): made-up ids leave no row there, and their
+   * failures are counted by the route's per-source paces (a per-source failure budget). Asked once
+   * per such pace of a request; a throw is a 500, an answer other than a boolean a TypeError (a 500).
+   * Default: every declared id is taken as a client's.
+   */
+  isClient?: IsClient | undefined
+  /**
+   * Rows each pace keeps at most in this replica's memory (the in-process store; a shared store
+   * keeps its own). At the ceiling the fullest rows are forgotten first, and a new key is refused
+   * only while every row is spent. An integer >= 1, or Infinity. Default: 100,000.
+   */
+  maxKeys?: number | undefined
 }
+
+/** Whether `clientId`, declared by `request` and not yet verified, names a registered client. Synchronous. */
+export type IsClient = (clientId: string, request: FastifyRequest) => boolean
 
 /** What `errorResponseBuilder` is told about a refusal. */
 export interface PaceRefusal {
@@ -46,6 +64,12 @@ export interface PaceRefusal {
   retryAfterMs: number
   /** The Retry-After header's value: whole seconds, at least 1. */
   retryAfter: number
+  /**
+   * A failure budget refused only because of units that requests on this replica still hold, not
+   * yet settled (a burst of concurrent requests): were they given back, a unit would be there. The
+   * wait is then at most a second, not the budget's refill time.
+   */
+  inFlight: boolean
 }
 
 /** The plugin's options, checked, with their defaults. */
@@ -57,19 +81,21 @@ export interface CheckedOptions {
   readonly store: PaceStore | undefined
   readonly onEvent: PaceEventHook | undefined
   readonly logClientIds: boolean
+  readonly isClient: IsClient | undefined
+  readonly maxKeys: number
 }
 
 /** The body of a 429 unless `errorResponseBuilder` builds another: RFC 6749's error object. */
 function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
   return {
     error: 'temporarily_unavailable',
-    error_description: `Too many requests for this ${refusal.name} pace; retry after ${refusal.retryAfter} second${refusal.retryAfter === 1 ? '' : 's'}`
+    error_description: `Too many requests ${refusal.inFlight ? 'in flight ' : ''}for this ${refusal.name} pace; retry after ${refusal.retryAfter} second${refusal.retryAfter === 1 ? '' : 's'}`
   }
 }
 
 /** Checks the plugin's options and fills in defaults. Throws a TypeError naming the option and the value. */
 export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
-  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false } = options
+  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false, isClient, maxKeys = 100_000 } = options
   if (now !== undefined && typeof now !== 'function') throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
   if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
   if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
@@ -79,5 +105,7 @@ export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
   }
   if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError(`exchangepace: onEvent must be a function, got ${typeof onEvent}`)
   if (typeof logClientIds !== 'boolean') throw new TypeError(`exchangepace: logClientIds must be a boolean, got ${typeof logClientIds}`)
-  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds }
+  if (isClient !== undefined && typeof isClient !== 'function') throw new TypeError(`exchangepace: isClient must be a function (clientId, request) => boolean, got ${typeof isClient}`)
+  if (maxKeys !== Infinity && (!Number.isInteger(maxKeys) || maxKeys < 1)) throw new TypeError(`exchangepace: maxKeys must be an integer >= 1 or Infinity, got ${String(maxKeys)}`)
+  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds, isClient, maxKeys }
 }

@@ -49,10 +49,10 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   } catch (err) {
     return done(err as Error)
   }
-  const { now, store, ipv6Subnet, maxKeyLength } = checked
+  const { now, store, ipv6Subnet, maxKeyLength, maxKeys } = checked
   const observer = new Observer(checked.onEvent, checked.logClientIds, fastify.log)
-  const registry = new PaceRegistry({ now, store, ipv6Subnet, maxKeyLength, log: fastify.log, observer })
-  const binding: Binding = { registry, readers: new KeyReaders(ipv6Subnet, maxKeyLength, fastify.log) }
+  const registry = new PaceRegistry({ now, store, ipv6Subnet, maxKeyLength, maxKeys, log: fastify.log, observer })
+  const binding: Binding = { registry, readers: new KeyReaders(ipv6Subnet, maxKeyLength, fastify.log, checked.isClient) }
   const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer, shared: store !== undefined }
   let pacedBySource = false
   fastify.decorate('pace', registry)

@@ -13,7 +13,8 @@ import type { PaceReservation } from '../store.js'
  */
 
 /**
- * Answers the refusal of the pace `rule` that refused with `reservation`: 429 with Retry-After in
+ * Answers the refusal of the pace `rule` that refused with `reservation` (or, when
+ * `inFlightRetryMs` is given, a refusal that units in flight alone cause, with that wait): 429 with Retry-After in
  * whole seconds (at least 1), the public quotas the request holds from earlier hooks and the
  * refusing pace's own at zero, and the body `build` makes, as built; the pace's own refusal, when
  * it has one, chooses the status, the body and further headers. The pace's refusal is asked before
@@ -21,9 +22,11 @@ import type { PaceReservation } from '../store.js'
  * throws leaves the refusal's status for the error handler, as it always has.
  */
 export function refuse (request: FastifyRequest, reply: FastifyReply, rule: Pick<PaceRule, 'name' | 'perSecond' | 'limit' | 'window' | 'refusal'>, quota: QuotaItems, reservation: PaceReservation,
-  held: readonly QuotaHolding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object): void {
-  const retryAfter = Math.max(1, Math.ceil(reservation.retryAfterMs / 1000))
-  const refusal: PaceRefusal = { statusCode: 429, name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, retryAfterMs: reservation.retryAfterMs, retryAfter }
+  held: readonly QuotaHolding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object, inFlightRetryMs: number | null = null): void {
+  const inFlight = inFlightRetryMs !== null
+  const retryAfterMs = inFlight ? inFlightRetryMs : reservation.retryAfterMs
+  const retryAfter = Math.max(1, Math.ceil(retryAfterMs / 1000))
+  const refusal: PaceRefusal = { statusCode: 429, name: rule.name, perSecond: rule.perSecond, limit: rule.limit, window: rule.window, retryAfterMs, retryAfter, inFlight }
   const own = rule.refusal?.(request, refusal)
   const statusCode = own?.statusCode ?? 429
   noStore(reply.code(statusCode).header('retry-after', retryAfter))

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import { checkKey, declaredClientId, grantType, pairKey, sourceKey } from '../keys/parse.js'
 import { bearerKey, deviceCodeKey } from '../keys/secrets.js'
+import type { IsClient } from './options.js'
 import type { PaceRule } from './route-config.js'
 import { ignoreRejection, isThenable } from '../values.js'
 
@@ -32,9 +33,15 @@ export class KeyReaders {
     return client === undefined ? undefined : pairKey(client, this.source(request) as string)
   }
 
-  constructor (ipv6Subnet: number, maxKeyLength: number, log: FastifyBaseLogger) {
+  /**
+   * `isClient`, when given, decides whether a declared id is a client's key: an id that names no
+   * client reads as no id, so the paces keyed by the client id (the client's, the pair's) take
+   * nothing from the request.
+   */
+  constructor (ipv6Subnet: number, maxKeyLength: number, log: FastifyBaseLogger, isClient?: IsClient) {
     this.#maxKeyLength = maxKeyLength
-    this.client = request => declaredClientId(request.headers.authorization, request.body, maxKeyLength)
+    const declared: KeyReader = request => declaredClientId(request.headers.authorization, request.body, maxKeyLength)
+    this.client = isClient === undefined ? declared : registeredOnly(declared, isClient)
     let warned = false
     this.source = request => {
       const address = request.ip as string | undefined
@@ -71,6 +78,23 @@ export class KeyReaders {
     if (key === 'bearer') return readBearer
     return customReader(key, rule.name, route, this.#maxKeyLength)
   }
+}
+
+/** `declared`, reading as no id a declared id that names no client by `isClient`. */
+function registeredOnly (declared: KeyReader, isClient: IsClient): KeyReader {
+  return request => {
+    const id = declared(request)
+    return id !== undefined && namesClient(isClient, id, request) ? id : undefined
+  }
+}
+
+/** What `isClient` answers for `id`: a boolean, or a TypeError (a 500: the server's mistake). */
+function namesClient (isClient: IsClient, id: string, request: FastifyRequest): boolean {
+  const answer: unknown = isClient(id, request)
+  if (typeof answer === 'boolean') return answer
+  if (isThenable(answer)) answer.then(undefined, ignoreRejection)
+  const what = isThenable(answer) ? 'a Promise (it must answer at once: keep what it reads of the registry in memory)' : answer === null ? 'null' : typeof answer === 'object' ? 'an object' : `a ${typeof answer}`
+  throw new TypeError(`exchangepace: isClient returned ${what}; it must return a boolean`)
 }
 
 /** The hashed device_code of a device's token request (keys/secrets.ts): the code is never a key. */

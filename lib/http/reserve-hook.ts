@@ -88,6 +88,8 @@ export class RequestPaces extends PaceTicket<Holding> {
   /** Answers still awaited, and whether a hook waits for them. */
   #pending = 0
   #waiting = false
+  /** Failure budgets' units held and counted in flight (see `#fly`). */
+  #flying = 0
 
   /** @internal Made for a request on a paced route; `observer` hears of every decision. */
   constructor (observer: Observer, request: FastifyRequest) {
@@ -114,7 +116,9 @@ export class RequestPaces extends PaceTicket<Holding> {
       const reservation = lane.pace.reserve(key)
       if (!reservation.granted) return this.#refuse(bound, lane, key, reservation)
       bound.counts.granted++
-      held.push(holding(bound, lane, key, reservation))
+      const unit = holding(bound, lane, key, reservation)
+      held.push(unit)
+      if (unit.spend === 'rejected') this.#fly(unit)
     }
     this.#goOn()
   }
@@ -212,8 +216,13 @@ export class RequestPaces extends PaceTicket<Holding> {
         if (stop === null) this.#first = held.length
       }
       const answer = unit.answer
-      if (answer !== null && answer.granted) held.push(holding(unit.bound, unit.lane, unit.key, answer))
-      else stop ??= unit
+      if (answer !== null && answer.granted) {
+        const got = holding(unit.bound, unit.lane, unit.key, answer)
+        held.push(got)
+        if (got.spend === 'rejected') this.#fly(got)
+      } else {
+        stop ??= unit
+      }
     }
     this.#resolved = asked.length
     if (stop === null) return this.#goOn()
@@ -240,13 +249,63 @@ export class RequestPaces extends PaceTicket<Holding> {
     sendInvalidRequest(this.#reply as FastifyReply, err.message)
   }
 
-  /** `lane` of `bound`'s pace refused `key`: what the hook took goes back, and the request is answered 429 (or the pace's refusal). */
+  /**
+   * `lane` of `bound`'s pace refused `key`: what the hook took goes back, and the request is
+   * answered 429 (or the pace's refusal). A failure budget's refusal that the units other requests
+   * hold on this replica, not yet settled, alone cause (were they all given back, a unit would be
+   * there) is said to be so, with a wait of at most a second: most of those requests may well
+   * succeed, and the budget's refill time would tell a real client to wait for nothing.
+   */
   #refuse (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): void {
     this._refused = true
     this.#giveBack()
-    this.#observer.refused(this.#request, bound, key, reservation.retryAfterMs)
+    const flying = bound.rule.spend === 'rejected' ? bound.named.inFlight.get(key) : undefined
+    const inFlight = flying !== undefined && reservation.retryAfterMs <= flying * lane.window * 1000 / lane.limit
+    const retryAfterMs = inFlight ? Math.min(reservation.retryAfterMs, IN_FLIGHT_RETRY_MS) : reservation.retryAfterMs
+    this.#observer.refused(this.#request, bound, key, retryAfterMs)
     const rule = lane === bound.lane ? bound.rule : { name: bound.name, refusal: bound.rule.refusal, ...lane }
-    refuse(this.#request, this.#reply as FastifyReply, rule, laneQuota(bound, lane), reservation, this._held, (this.#step as ReserveStep).refusalBody)
+    refuse(this.#request, this.#reply as FastifyReply, rule, laneQuota(bound, lane), reservation, this._held, (this.#step as ReserveStep).refusalBody, inFlight ? retryAfterMs : null)
+  }
+
+  /**
+   * Counts `unit`, a failure budget's, in its pace's `inFlight` until it is settled; not when the
+   * pace counts `MAX_IN_FLIGHT_KEYS` keys already (a request never settled, a hijacked reply's,
+   * stays counted: the bound keeps that from growing memory; a unit not counted only makes its
+   * refusal tell the refill time).
+   */
+  #fly (unit: Holding): void {
+    const inFlight = unit.bound.named.inFlight
+    if (inFlight.size >= MAX_IN_FLIGHT_KEYS && !inFlight.has(unit.key)) return
+    unit.flying = true
+    this.#flying++
+    inFlight.set(unit.key, (inFlight.get(unit.key) ?? 0) + 1)
+  }
+
+  /** The failure budgets' units from `first` on are settled (kept or given back): no longer in flight. */
+  #land (first: number): void {
+    const held = this._held
+    for (let i = first; i < held.length; i++) {
+      const unit = held[i]
+      if (!unit.flying) continue
+      unit.flying = false
+      this.#flying--
+      const inFlight = unit.bound.named.inFlight
+      const left = (inFlight.get(unit.key) as number) - 1
+      if (left === 0) inFlight.delete(unit.key)
+      else inFlight.set(unit.key, left)
+    }
+  }
+
+  /** @internal Gives back the units from `first` on (see `PaceTicket`): those of a failure budget land. */
+  override _refundFrom (first: number): void {
+    if (this.#flying > 0) this.#land(first)
+    super._refundFrom(first)
+  }
+
+  /** @internal The answer is being sent (see `PaceTicket`): the failure budgets' units are settled, and land. */
+  override _send (): void {
+    super._send()
+    if (this.#flying > 0) this.#land(0)
   }
 
   /**
@@ -280,8 +339,14 @@ export class RequestPaces extends PaceTicket<Holding> {
 
 /** The unit `reservation` took from `lane` of `bound`'s pace under `key`, as a ticket holds it. */
 function holding (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): Holding {
-  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: laneQuota(bound, lane), bound }
+  return { name: bound.rule.name, key, spend: bound.rule.spend, reservation, quota: laneQuota(bound, lane), bound, flying: false }
 }
+
+/** The longest wait a refusal caused by units in flight asks for: they settle within a request's time. */
+const IN_FLIGHT_RETRY_MS = 1000
+
+/** Keys a failure budget counts units in flight for, at most. */
+const MAX_IN_FLIGHT_KEYS = 10_000
 
 /** The header items of `lane` of `bound`'s pace: the declared rate's without a lookup. */
 function laneQuota (bound: BoundPace, lane: Lane): QuotaItems {

@@ -30,6 +30,8 @@ export interface PaceMaking {
   readonly window: number
   readonly rateOf: RateOf | undefined
   readonly now: Clock | undefined
+  /** Rows each lane keeps at most in memory (`Pace`'s `maxKeys`). */
+  readonly maxKeys: number
   readonly store: PaceStore | undefined
   readonly log: FastifyBaseLogger
 }
@@ -51,6 +53,13 @@ export class NamedPace {
   readonly name: string
   readonly keyKind: PaceKeyName
   readonly counts = new PaceCounts()
+  /**
+   * For a failure budget: per key, the units requests on this replica hold and have not yet
+   * settled (a refusal they alone cause is answered "retry in a second", see reserve-hook.ts).
+   * An entry lives while its units do (a unit never settled, a hijacked reply's, for good: at most
+   * 10,000 keys are counted).
+   */
+  readonly inFlight = new Map<string, number>()
   readonly rateOf: RateOf | undefined
   readonly declared: Lane
   readonly #making: PaceMaking
@@ -103,8 +112,8 @@ export class NamedPace {
 
   /** Makes the lane of `limit` units per the declared window, with the store's pace of it. */
   #lane (limit: number): Lane {
-    const { window, now, store, name, log } = this.#making
-    const pace = new Pace({ limit, window, now })
+    const { window, now, maxKeys, store, name, log } = this.#making
+    const pace = new Pace({ limit, window, now, maxKeys })
     const shared = store === undefined ? null : store.pace(name, { limit, window }, pace, log)
     const lane = { limit, window, perSecond: limit / window, pace, shared }
     this.#lanes.push(lane)

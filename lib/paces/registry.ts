@@ -28,6 +28,8 @@ export interface OperatorReport {
 export interface RegistryContext extends KeyMaking {
   readonly now: Clock | undefined
   readonly store: PaceStore | undefined
+  /** Rows each pace keeps at most in this replica's memory when there is no shared store. */
+  readonly maxKeys: number
   readonly log: FastifyBaseLogger
   readonly observer: OperatorReport
 }
@@ -168,9 +170,11 @@ export class PaceRegistry {
     const pace = `pace ${JSON.stringify(rule.name)}`
     if (known === undefined) {
       const { now, store, log } = this.#context
+      // A shared store keeps the rows; its memory pace follows it and needs no ceiling of its own.
+      const maxKeys = store === undefined ? this.#context.maxKeys : Infinity
       let made: NamedPace
       try {
-        made = new NamedPace({ name: rule.name, keyKind, limit: rule.limit, window: rule.window, rateOf: rule.rateOf, now, store, log })
+        made = new NamedPace({ name: rule.name, keyKind, limit: rule.limit, window: rule.window, rateOf: rule.rateOf, now, maxKeys, store, log })
       } catch (err) {
         const reason = err instanceof Error ? err.message.replace(/^exchangepace: /, '') : String(err)
         throw new TypeError(`exchangepace: route ${route}: ${reason}`, { cause: err })

@@ -16,3 +16,6 @@ export declare function issueToken (client: Client, body: unknown): Promise<{ ac
 
 /** The authorization endpoint's handler. */
 export declare function authorize (request: FastifyRequest, reply: FastifyReply): Promise<unknown>
+
+/** The registered clients by id, in memory (what `isClient` and `rateOf` read). */
+export declare const clients: ReadonlyMap<string, Client>

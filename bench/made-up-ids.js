@@ -1,0 +1,198 @@
+// Part 5's made-up ids from many sources (issue 38): what a flood of wrong secrets under made-up
+// client ids leaves in a replica's memory and in Redis.
+//
+// 1. Through each limiter as its documentation recommends for a login-like endpoint (the
+//    configurations of bench/login-limiters.js), in simulated time through inject: `sources`
+//    sources (IPv4 addresses, then IPv6 /64s of one /48) send `idsPerSource` made-up ids each, in
+//    turn, one request a millisecond, while the real client calls every 200 ms from its own
+//    address. Reported: the records the limiter holds, the heap's growth over the flood (after a
+//    full GC when node runs with --expose-gc), the process's RSS, the attacker's statuses and the
+//    real client's 200s.
+// 2. The row ceiling: the README's per-source failure budget (100 a day) in this process's memory,
+//    one failure from each of N sources, with the plugin's default ceiling (100,000 rows) and
+//    without one: rows and heap growth, and whether a pair spent beforehand (a locked-out guesser)
+//    is still refused.
+// 3. On Redis: the same failure from N sources through the plugin on a redis-server of the bench's
+//    own (nothing else writes to it): keys and `INFO memory`'s used_memory growth.
+
+import Fastify from 'fastify'
+import formbody from '@fastify/formbody'
+import Redis from 'ioredis'
+import exchangePace, { Pace, RedisStore } from 'exchangepace'
+import { CLIENTS } from '../examples/client-auth.js'
+import { TOKEN_PACES } from '../examples/server.js'
+import { CLIENT_ID, CLIENT_SECRET, FORM, tokenBody } from './apps.js'
+import { log, redisServerVersion, sparePort, startRedisServer, table } from './common.js'
+import { exchangepaceWith, fastifyRateLimitWith, rateLimiterFlexibleRecipe, TOKEN } from './login-limiters.js'
+import { simulatedClock, withSimulatedDateNow } from './simulated.js'
+
+const CLIENT_ADDRESS = '192.0.2.10'
+const CLIENT_MS = 200
+
+/** The n-th source of each family: IPv4 addresses of 10/8, and /64s of the /48 2001:db8:1::/48. */
+const FAMILIES = {
+  IPv4: n => `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`,
+  'IPv6 /48': n => `2001:db8:1:${n.toString(16)}::1`
+}
+
+/** The registered clients of examples/server.js, and the real client among them. */
+const isClient = id => CLIENTS.has(id)
+
+const configurations = () => [
+  exchangepaceWith('exchangepace, recommended', TOKEN_PACES, { isClient }),
+  exchangepaceWith('exchangepace, recommended without isClient', TOKEN_PACES),
+  fastifyRateLimitWith('@fastify/rate-limit, README login example'),
+  rateLimiterFlexibleRecipe()
+]
+
+const gc = globalThis.gc ?? (() => {})
+const heapMB = () => {
+  gc()
+  return process.memoryUsage().heapUsed / 2 ** 20
+}
+
+/** The token route of `configuration` on `clock`. */
+async function buildApp (configuration, clock) {
+  const app = Fastify()
+  await app.register(formbody)
+  const routeOptions = await configuration.register(app, clock)
+  app.post('/token', routeOptions, async (request, reply) => {
+    if (request.body.client_id !== CLIENT_ID || request.body.client_secret !== CLIENT_SECRET) return configuration.failed(request, reply)
+    await configuration.accepted?.(request)
+    return reply.code(200).send(TOKEN)
+  })
+  await app.ready()
+  return app
+}
+
+/** One flood of `configuration` from `family`'s sources. */
+async function flood (configuration, family, { sources, idsPerSource }) {
+  const clock = simulatedClock()
+  const source = FAMILIES[family]
+  const attacker = {}
+  const client = { calls: 0, ok: 0 }
+  let heapBefore, heapAfter, rows, rss
+  await withSimulatedDateNow(clock, async () => {
+    const app = await buildApp(configuration, clock)
+    const send = (remoteAddress, payload) => app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload, remoteAddress })
+    try {
+      heapBefore = heapMB()
+      const requests = sources * idsPerSource
+      for (let i = 0; i < requests; i++) {
+        clock.ms = i
+        if (i % CLIENT_MS === 5) {
+          client.calls++
+          if ((await send(CLIENT_ADDRESS, tokenBody(CLIENT_ID, CLIENT_SECRET))).statusCode === 200) client.ok++
+        }
+        const { statusCode } = await send(source(i % sources), tokenBody(`made-up-${i.toString(36)}`, 'guess'))
+        attacker[statusCode] = (attacker[statusCode] ?? 0) + 1
+      }
+      rows = configuration.rows()
+      heapAfter = heapMB()
+      rss = process.memoryUsage().rss / 2 ** 20
+    } finally {
+      await app.close()
+    }
+  })
+  return { sources, requests: sources * idsPerSource, rows, heapGrowthMB: heapAfter - heapBefore, rssMB: rss, attackerStatuses: attacker, client }
+}
+
+/** The per-source failure budget in memory, one failure from each of `n` sources, with `maxKeys`. */
+function ceiling (n, maxKeys) {
+  const budget = TOKEN_PACES.find(pace => pace.key === 'source' && pace.spend === 'rejected')
+  const clock = { ms: 0 }
+  const before = heapMB()
+  const pace = new Pace({ limit: budget.limit, window: budget.window, now: () => clock.ms, maxKeys })
+  // A guesser locked out before the flood: its 100 failures of the day spent.
+  for (let i = 0; i < budget.limit; i++) pace.reserve('203.0.113.7')
+  let refused = 0
+  for (let i = 0; i < n; i++) {
+    clock.ms = i / 100 // 100,000 sources a second
+    if (!pace.reserve(FAMILIES.IPv4(i)).granted) refused++
+  }
+  const rows = pace.size
+  const heapGrowthMB = heapMB() - before
+  const lockedOutStillRefused = !pace.reserve('203.0.113.7').granted
+  return { sources: n, maxKeys, rows, refused, heapGrowthMB, lockedOutStillRefused }
+}
+
+/** One failure from each of `n` sources through the plugin on Redis (`client`'s server), with the keys and memory it left. */
+async function onRedis (client, n) {
+  await client.flushall()
+  const before = Number(/used_memory:(\d+)/.exec(await client.info('memory'))[1])
+  const app = Fastify()
+  await app.register(formbody)
+  await app.register(exchangePace, { store: new RedisStore({ client, timeoutMs: 5000 }), isClient })
+  app.post('/token', { config: { pace: TOKEN_PACES } }, async (request, reply) => {
+    request.pace.outcome = 'rejected'
+    return reply.code(401).send({ error: 'invalid_client' })
+  })
+  await app.ready()
+  const statuses = {}
+  try {
+    for (let first = 0; first < n; first += 500) {
+      const answers = await Promise.all(Array.from({ length: Math.min(500, n - first) }, (_, i) =>
+        app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload: tokenBody(`made-up-${first + i}`, 'guess'), remoteAddress: FAMILIES['IPv6 /48'](first + i) })))
+      for (const { statusCode } of answers) statuses[statusCode] = (statuses[statusCode] ?? 0) + 1
+    }
+  } finally {
+    await app.close()
+  }
+  const after = Number(/used_memory:(\d+)/.exec(await client.info('memory'))[1])
+  return { sources: n, keys: await client.dbsize(), usedMemoryGrowthMB: (after - before) / 2 ** 20, statuses }
+}
+
+/** Runs the three measurements with `settings` and returns their figures. */
+export async function madeUpIds (settings) {
+  const recommended = []
+  for (const family of Object.keys(FAMILIES)) {
+    for (const configuration of configurations()) {
+      log(`flood: made-up ids, ${configuration.name}, ${settings.sources} ${family} sources x ${settings.idsPerSource}`)
+      recommended.push({ name: configuration.name, family, ...await flood(configuration, family, settings) })
+    }
+  }
+  log(`\nflood: made-up ids with wrong secrets, ${settings.sources} sources x ${settings.idsPerSource}, one a ms; the real client every ${CLIENT_MS} ms`)
+  log(table(['configuration', 'sources', 'records', 'heap growth (MB)', 'RSS (MB)', "real client's 200s"], recommended.map(r => [
+    r.name, r.family, r.rows, r.heapGrowthMB.toFixed(2), r.rssMB.toFixed(0), `${r.client.ok} of ${r.client.calls}`
+  ])))
+
+  const ceilings = []
+  for (const n of settings.ceilingSources) {
+    for (const maxKeys of [100_000, Infinity]) ceilings.push(ceiling(n, maxKeys))
+  }
+  log('\nflood: the per-source failure budget in memory, one failure from each source')
+  log(table(['sources', 'maxKeys', 'rows', 'new sources refused', 'heap growth (MB)', 'locked-out guesser still refused'], ceilings.map(c => [
+    c.sources, c.maxKeys, c.rows, c.refused, c.heapGrowthMB.toFixed(1), c.lockedOutStillRefused
+  ])))
+
+  let redis
+  const version = redisServerVersion()
+  if (version === null) {
+    redis = { skipped: 'redis-server is not installed' }
+  } else {
+    const port = await sparePort()
+    const server = await startRedisServer(port)
+    const client = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true })
+    try {
+      const runs = []
+      for (const n of settings.redisSources) {
+        log(`flood: made-up ids on Redis, ${n} IPv6 sources`)
+        runs.push(await onRedis(client, n))
+      }
+      redis = { version, runs }
+      log(table(['sources', 'keys', 'used_memory growth (MB)'], runs.map(r => [r.sources, r.keys, r.usedMemoryGrowthMB.toFixed(1)])))
+    } finally {
+      await client.quit()
+      server.kill('SIGKILL')
+    }
+  }
+
+  return {
+    description: 'made-up client ids with wrong secrets from many sources: each limiter as recommended, the row ceiling, and Redis',
+    settings,
+    clientEveryMs: CLIENT_MS,
+    recommended,
+    ceilings,
+    redis
+  }
+}
