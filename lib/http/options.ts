@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify'
 import type { PaceEventHook } from './observer.js'
 import type { Clock } from '../bucket/pace.js'
 import type { PaceStore } from '../store.js'
+import type { OutcomeOf } from './answer-outcome.js'
 
 export interface ExchangePaceOptions {
   /** Monotonic clock in milliseconds handed to every pace. Default: `performance.now`. */
@@ -30,6 +31,13 @@ export interface ExchangePaceOptions {
    * Fastify's own request log has them. Default: false.
    */
   logClientIds?: boolean | undefined
+  /**
+   * The outcome of an exchange whose handler set none (a mounted Koa or Express app, a proxied
+   * upstream), read from its answer: its status, headers and JSON body. Default: RFC 6749 section
+   * 5.2, a 401, or a 400 whose `error` is `invalid_client`, is `'rejected'`, and any other answer
+   * `'accepted'`.
+   */
+  outcomeOf?: OutcomeOf | undefined
 }
 
 /** What `errorResponseBuilder` is told about a refusal. */
@@ -57,6 +65,7 @@ export interface CheckedOptions {
   readonly store: PaceStore | undefined
   readonly onEvent: PaceEventHook | undefined
   readonly logClientIds: boolean
+  readonly outcomeOf: OutcomeOf | undefined
 }
 
 /** The body of a 429 unless `errorResponseBuilder` builds another: RFC 6749's error object. */
@@ -69,7 +78,7 @@ function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
 
 /** Checks the plugin's options and fills in defaults. Throws a TypeError naming the option and the value. */
 export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
-  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false } = options
+  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false, outcomeOf } = options
   if (now !== undefined && typeof now !== 'function') throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
   if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
   if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
@@ -79,5 +88,6 @@ export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
   }
   if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError(`exchangepace: onEvent must be a function, got ${typeof onEvent}`)
   if (typeof logClientIds !== 'boolean') throw new TypeError(`exchangepace: logClientIds must be a boolean, got ${typeof logClientIds}`)
-  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds }
+  if (outcomeOf !== undefined && typeof outcomeOf !== 'function') throw new TypeError(`exchangepace: outcomeOf must be a function, got ${typeof outcomeOf}`)
+  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds, outcomeOf }
 }

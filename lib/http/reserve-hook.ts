@@ -9,6 +9,8 @@ import type { Lane } from '../operator/named-pace.js'
 import { kTicket, type SlottedRequest } from './request-ticket.js'
 import type { PaceReservation, SharedPace } from '../store.js'
 import { PaceTicket } from './ticket.js'
+import type { AnswerReader } from './answer-outcome.js'
+import { watchHijack } from './raw-answer.js'
 
 /**
  * The hooks that reserve before the handler (preHandler; onRequest for source paces spent on every
@@ -37,14 +39,20 @@ export interface ReserveStep {
    * store once.
    */
   readonly waits: boolean
+  /**
+   * The route's last reserving hook: once it holds its units the handler runs, and a reply it
+   * hijacks is watched (raw-answer.ts).
+   */
+  readonly last: boolean
   readonly refusalBody: (request: FastifyRequest, refusal: PaceRefusal) => object
   readonly observer: Observer
+  readonly answers: AnswerReader
 }
 
 /** The hook: reserves `step`'s paces for `request`, on the request's ticket (made here if nothing read it yet). */
 export function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
   const slotted = request as SlottedRequest
-  const paces = (slotted[kTicket] ?? (slotted[kTicket] = new RequestPaces(step.observer, request))) as RequestPaces
+  const paces = (slotted[kTicket] ?? (slotted[kTicket] = new RequestPaces(step.observer, request, step.answers))) as RequestPaces
   if (step.shared) paces.ask(step, reply, next)
   else paces.reserve(step, reply, next)
 }
@@ -77,6 +85,7 @@ class Asked {
 export class RequestPaces extends PaceTicket<Holding> {
   readonly #request: FastifyRequest
   readonly #observer: Observer
+  readonly #answers: AnswerReader
   #reply: FastifyReply | null = null
   /** The hook at work: its step, how the request goes on, and where its units start in `held` (what it gives back). */
   #step: ReserveStep | null = null
@@ -90,10 +99,11 @@ export class RequestPaces extends PaceTicket<Holding> {
   #waiting = false
 
   /** @internal Made for a request on a paced route; `observer` hears of every decision. */
-  constructor (observer: Observer, request: FastifyRequest) {
+  constructor (observer: Observer, request: FastifyRequest, answers: AnswerReader) {
     super(observer, request)
     this.#request = request
     this.#observer = observer
+    this.#answers = answers
   }
 
   /** @internal Reserves `step`'s paces in this replica's memory, one after the other, and answers or goes on at once. */
@@ -222,13 +232,17 @@ export class RequestPaces extends PaceTicket<Holding> {
     ;(this.#next as HookHandlerDoneFunction)(stop.failure as Error)
   }
 
-  /** Every unit of the hook at work is held: a hook that commits writes the quota headers and settles; the request goes on. */
+  /**
+   * Every unit of the hook at work is held: a hook that commits writes the quota headers and
+   * settles; after the last hook, a hijacked reply is watched; the request goes on.
+   */
   #goOn (): void {
     const step = this.#step as ReserveStep
     if (step.commits) {
       writeQuota(this.#reply as FastifyReply, this._held, null, null)
       this._settle()
     }
+    if (step.last) watchHijack(this.#reply as FastifyReply, this, this.#answers, this.#request)
     ;(this.#next as HookHandlerDoneFunction)()
   }
 

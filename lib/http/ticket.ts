@@ -54,6 +54,8 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** @internal Set by the plugin when a pace refuses the request. */
   _refused = false
   #outcome: PaceOutcome = 'accepted'
+  /** Whether the app set the outcome; if not, the plugin takes it from the answer (answer-outcome.ts). */
+  #told = false
   #settled = false
   /** The exchanges' units were refunded (the outcome was `'rejected'` at or after settlement). */
   #refunded = false
@@ -89,6 +91,20 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
     if (value !== 'accepted' && value !== 'rejected') {
       throw new TypeError(`exchangepace: request.pace.outcome must be 'accepted' or 'rejected', got ${String(value)}`)
     }
+    this.#told = true
+    this._answered(value)
+  }
+
+  /** @internal Whether the app set the outcome (the handler, a hook or an error handler). */
+  get _told (): boolean {
+    return this.#told
+  }
+
+  /**
+   * @internal The outcome the answer shows, when the app set none: the same effect as setting it,
+   * a `'rejected'` after settlement refunding then.
+   */
+  _answered (value: PaceOutcome): void {
     this.#outcome = value
     if (value === 'rejected' && this.#settled) this.#refund('accepted')
   }
