@@ -13,37 +13,18 @@
 // oidc-provider 9 runs on Node 22 and later (on Node 20 it warns "Unsupported runtime").
 
 import { generateKeyPairSync } from 'node:crypto'
-import { parse } from 'node:querystring'
 import { Readable } from 'node:stream'
 import Fastify from 'fastify'
 import middie from '@fastify/middie'
 import Provider from 'oidc-provider'
 import exchangePace from 'exchangepace'
-import { CLIENTS, DEVICE_GRANT } from './client-auth.js'
+import { CLIENTS } from './client-auth.js'
 import { DEVICE_INTERVAL } from './device-flow.js'
+import { PACES } from './endpoint-paces.js'
+import { bodyBytes, keepBodyBytes } from './form-bytes.js'
 
 /** Where the provider is mounted: the path of the issuer. */
 export const MOUNT = '/oidc'
-
-const SLOW_DOWN = { statusCode: 400, body: { error: 'slow_down', error_description: 'poll no more often than the interval, now 5 seconds longer' } }
-
-/** The token endpoint's paces, per grant (docs/endpoints.md): the README's three, and one poll per interval per device code. */
-const failures = { name: 'failures', limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' }
-const ceiling = { name: 'ceiling', perSecond: 50, key: 'source', spend: 'every' }
-export const PACES = {
-  token: [
-    { name: 'device-polls', limit: 1, window: DEVICE_INTERVAL, key: 'device_code', spend: 'every', refusal: SLOW_DOWN },
-    failures,
-    { name: 'token', perSecond: 5, key: 'client', spend: 'accepted', exceptGrantTypes: [DEVICE_GRANT] },
-    ceiling
-  ],
-  deviceAuthorization: [{ name: 'device-authorization', limit: 10, window: 60, key: 'source', spend: 'every' }, failures],
-  authorization: { name: 'authorization', perSecond: 10, key: 'source', spend: 'every' },
-  par: [failures, { name: 'par', perSecond: 20, key: 'client', spend: 'accepted' }, ceiling],
-  introspection: [failures, { name: 'introspection', perSecond: 100, key: 'client', spend: 'accepted' }, ceiling],
-  revocation: [failures, { name: 'revocation', perSecond: 10, key: 'client', spend: 'accepted' }, ceiling],
-  userinfo: [{ name: 'userinfo', limit: 10, window: 60, key: 'bearer', spend: 'every' }, { name: 'userinfo-failures', limit: 20, window: 3600, key: 'source', spend: 'rejected' }]
-}
 
 /** oidc-provider's endpoints (its default paths, under MOUNT) and their paces. */
 const PACED = [
@@ -131,16 +112,13 @@ export function provider (issuer) {
   return oidc
 }
 
-/** The body of a request as it came, kept beside the parsed form so that it can be handed on. */
-const kRawBody = Symbol('raw body')
-
 /**
  * The request handed to oidc-provider: the same method, headers and socket, its URL relative to
  * the mount (as @fastify/middie hands it), and the body Fastify read, readable again.
  */
 function replayed (request) {
   const raw = request.raw
-  const bytes = request[kRawBody]
+  const bytes = bodyBytes(request)
   const replay = new Readable({
     read () {
       if (bytes !== undefined) this.push(bytes)
@@ -162,26 +140,6 @@ function replayed (request) {
 }
 
 /**
- * Parses a form body for the key readers (repeated parameters as arrays, which exchangepace
- * answers 400) and keeps its bytes to hand on.
- */
-export function keepFormBytes (app, bodyLimit = 56 * 1024) {
-  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer', bodyLimit }, (request, body, done) => {
-    request[kRawBody] = body
-    done(null, { ...parse(body.toString('utf8')) })
-  })
-  app.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit }, (request, body, done) => {
-    request[kRawBody] = body
-    try {
-      done(null, JSON.parse(body.toString('utf8')))
-    } catch (err) {
-      err.statusCode = 400
-      done(err)
-    }
-  })
-}
-
-/**
  * Fastify serving oidc-provider at `issuer` (its path is the mount, `/oidc`), paced on the memory
  * of this process or on `store` (a RedisStore), on the clock `now` (for tests).
  */
@@ -191,7 +149,7 @@ export async function buildServer ({ issuer, store, now, logger = false } = {}) 
   const callback = oidc.callback()
   await app.register(middie)
   await app.register(exchangePace, { store, now })
-  keepFormBytes(app)
+  keepBodyBytes(app)
   for (const [method, path, pace] of PACED) {
     app.route({
       method,
