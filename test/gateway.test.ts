@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net'
 import * as client from 'openid-client'
 import type { FastifyInstance } from 'fastify'
 import { needsNode } from './helpers/node.js'
-import { freePort } from './oidc-provider.test.js'
+import { freePort } from './helpers/port.js'
 import type { TapTest } from './shared-behaviour.js'
 
 /**

@@ -1,8 +1,7 @@
 import t from 'tap'
 import { readFileSync } from 'node:fs'
 import { createPrivateKey, randomUUID } from 'node:crypto'
-import type { AddressInfo } from 'node:net'
-import { createServer } from 'node:net'
+import { freePort } from './helpers/port.js'
 import * as client from 'openid-client'
 import type { FastifyInstance } from 'fastify'
 import { needsNode } from './helpers/node.js'
@@ -16,15 +15,6 @@ import type { TapTest } from './shared-behaviour.js'
  */
 
 const skip = needsNode(22)
-
-/** A free port on 127.0.0.1: the issuer is a URL, known before the server is built. */
-export async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise(resolve => server.close(resolve))
-  return port
-}
 
 interface Served { app: FastifyInstance, issuer: string, clock: { t: number } }
 

@@ -37,81 +37,99 @@ export function watchHijack (reply: FastifyReply, ticket: PaceTicket<Holding>, r
 
 /** Watches `res` until the app ends it: see above. */
 export function watchRaw (res: ServerResponse, ticket: PaceTicket<Holding>, reader: AnswerReader, request: FastifyRequest): void {
-  const writeHead = res.writeHead
-  const write = res.write
-  const end = res.end
-  /** The status message given to `writeHead`, which goes out when the head does. */
-  let statusMessage: string | undefined
-  let headHeld = false
-  /** Writes held while the outcome waits for the body, and their size. */
-  const held: Array<[Chunk, BufferEncoding | undefined, Callback | undefined]> = []
-  let size = 0
-  let decided = false
-  let reading = false
-
-  /** The outcome from what the response holds, the quota headers, and the head and held writes out. */
-  const decide = (body: Buffer | undefined): void => {
-    decided = true
-    res.writeHead = writeHead
-    res.write = write
-    if (!ticket._told && !ticket.refused) {
-      ticket._answered(reader.quick(res.statusCode) ?? reader.decide(request, res.statusCode, res.getHeaders(), body))
-    }
-    if (!ticket.refused) writeQuota({ header: (name, value) => res.setHeader(name, value) }, ticket._held, ticket.outcome, null)
-    if (headHeld) (writeHead as (statusCode: number, statusMessage?: string) => ServerResponse).call(res, res.statusCode, statusMessage)
-    for (const [chunk, encoding, callback] of held) write.call(res, chunk, encoding as BufferEncoding, callback)
-    held.length = 0
-  }
-  /** Whether the outcome needs the body: known once the head's headers are. */
-  const needsBody = (): boolean => reader.quick(res.statusCode) === null && reader.readsBody(res.getHeader('content-type'), res.getHeader('content-encoding'))
-
+  const watch = new RawWatch(res, ticket, reader, request)
   res.writeHead = function heldHead (this: ServerResponse, statusCode: number, ...rest: unknown[]) {
-    this.statusCode = statusCode
-    if (typeof rest[0] === 'string') statusMessage = rest.shift() as string
+    watch.holdHead(statusCode, rest)
+    return this
+  } as ServerResponse['writeHead']
+  res.write = function heldWrite (this: ServerResponse, chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) {
+    return typeof encoding === 'function' ? watch.write(chunk, undefined, encoding) : watch.write(chunk, encoding, callback)
+  } as ServerResponse['write']
+  res.end = function watchedEnd (this: ServerResponse, chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback) {
+    if (typeof chunk === 'function') watch.end(undefined, undefined, chunk)
+    else if (typeof encoding === 'function') watch.end(chunk, undefined, encoding)
+    else watch.end(chunk, encoding, callback)
+    return this
+  } as ServerResponse['end']
+}
+
+/** One raw response watched: what it holds back until the outcome is known. */
+class RawWatch {
+  readonly #writeHead: ServerResponse['writeHead']
+  readonly #write: ServerResponse['write']
+  readonly #end: ServerResponse['end']
+  /** The status message given to `writeHead`, which goes out when the head does. */
+  #statusMessage: string | undefined
+  #headHeld = false
+  /** Writes held while the outcome waits for the body, and their size. */
+  readonly #held: Array<[Chunk, BufferEncoding | undefined, Callback | undefined]> = []
+  #size = 0
+  #decided = false
+  #reading = false
+
+  constructor (readonly res: ServerResponse, readonly ticket: PaceTicket<Holding>, readonly reader: AnswerReader, readonly request: FastifyRequest) {
+    this.#writeHead = res.writeHead
+    this.#write = res.write
+    this.#end = res.end
+  }
+
+  /** `writeHead`: its status and headers go onto the response; the head itself waits. */
+  holdHead (statusCode: number, rest: unknown[]): void {
+    const res = this.res
+    res.statusCode = statusCode
+    if (typeof rest[0] === 'string') this.#statusMessage = rest.shift() as string
     const headers = rest[0] as OutgoingHttpHeaders | Array<string | string[]> | undefined
     if (Array.isArray(headers)) {
       const flat = headers.flat()
-      for (let i = 0; i + 1 < flat.length; i += 2) this.appendHeader(flat[i], flat[i + 1])
+      for (let i = 0; i + 1 < flat.length; i += 2) res.appendHeader(flat[i], flat[i + 1])
     } else if (headers !== undefined) {
-      for (const [name, value] of Object.entries(headers)) if (value !== undefined) this.setHeader(name, value)
+      for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value)
     }
-    headHeld = true
-    return this
-  } as ServerResponse['writeHead']
+    this.#headHeld = true
+  }
 
-  res.write = function heldWrite (this: ServerResponse, chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) {
-    if (typeof encoding === 'function') {
-      callback = encoding
-      encoding = undefined
+  write (chunk: Chunk, encoding: BufferEncoding | undefined, callback: Callback | undefined): boolean {
+    if (!this.#decided && !this.#reading) {
+      this.#reading = this.#needsBody()
+      if (!this.#reading) this.#decide(undefined)
     }
-    if (!decided && !reading) {
-      reading = needsBody()
-      if (!reading) decide(undefined)
-    }
-    if (decided) return write.call(this, chunk, encoding as BufferEncoding, callback)
-    held.push([chunk, encoding, callback])
-    size += typeof chunk === 'string' ? Buffer.byteLength(chunk, encoding) : chunk.byteLength
-    if (size > BODY_CAP) decide(undefined)
+    if (this.#decided) return this.#write.call(this.res, chunk, encoding as BufferEncoding, callback)
+    this.#held.push([chunk, encoding, callback])
+    this.#size += typeof chunk === 'string' ? Buffer.byteLength(chunk, encoding) : chunk.byteLength
+    if (this.#size > BODY_CAP) this.#decide(undefined)
     return true
-  } as ServerResponse['write']
+  }
 
-  res.end = function watchedEnd (this: ServerResponse, chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback) {
-    if (typeof chunk === 'function') {
-      callback = chunk
-      chunk = undefined
-    } else if (typeof encoding === 'function') {
-      callback = encoding
-      encoding = undefined
+  /** The app ends the response: the outcome from the whole body if it waited for it, and the settlement. */
+  end (chunk: Chunk | undefined, encoding: BufferEncoding | undefined, callback: Callback | undefined): void {
+    const res = this.res
+    res.end = this.#end
+    if (!this.#decided) {
+      const parts = chunk === undefined ? this.#held : [...this.#held, [chunk, encoding] as const]
+      this.#decide(this.#needsBody() ? Buffer.concat(parts.map(([c, e]) => typeof c === 'string' ? Buffer.from(c, e) : c)) : undefined)
     }
-    res.end = end
-    if (!decided) {
-      if (chunk !== undefined) held.push([chunk, encoding as BufferEncoding | undefined, undefined])
-      const body = needsBody() ? Buffer.concat(held.map(([c, e]) => typeof c === 'string' ? Buffer.from(c, e) : c)) : undefined
-      if (chunk !== undefined) held.pop()
-      decide(body)
+    this.#end.call(res, chunk, encoding as BufferEncoding, callback)
+    this.ticket._send()
+  }
+
+  /** Whether the outcome needs the body: known once the head's headers are. */
+  #needsBody (): boolean {
+    const res = this.res
+    return this.reader.quick(res.statusCode) === null && this.reader.readsBody(res.getHeader('content-type'), res.getHeader('content-encoding'))
+  }
+
+  /** The outcome from what the response holds, the quota headers, and the head and held writes out. */
+  #decide (body: Buffer | undefined): void {
+    const { res, ticket, reader } = this
+    this.#decided = true
+    res.writeHead = this.#writeHead
+    res.write = this.#write
+    if (!ticket._told && !ticket.refused) {
+      ticket._answered(reader.quick(res.statusCode) ?? reader.decide(this.request, res.statusCode, res.getHeaders(), body))
     }
-    end.call(this, chunk, encoding as BufferEncoding, callback)
-    ticket._send()
-    return this
-  } as ServerResponse['end']
+    if (!ticket.refused) writeQuota({ header: (name, value) => res.setHeader(name, value) }, ticket._held, ticket.outcome, null)
+    if (this.#headHeld) (this.#writeHead as (statusCode: number, statusMessage?: string) => ServerResponse).call(res, res.statusCode, this.#statusMessage)
+    for (const [chunk, encoding, callback] of this.#held) this.#write.call(res, chunk, encoding as BufferEncoding, callback)
+    this.#held.length = 0
+  }
 }
