@@ -55,7 +55,7 @@ function clientMetadata () {
 }
 
 /** A stateful store for oidc-provider in this process's memory (a real one is in a database): its adapter contract. */
-function memoryAdapter () {
+export function memoryAdapter () {
   const rows = new Map()
   const live = key => {
     const row = rows.get(key)
@@ -65,10 +65,11 @@ function memoryAdapter () {
   return class MemoryAdapter {
     constructor (model) { this.model = model }
     key (id) { return `${this.model}:${id}` }
-    async upsert (id, payload, expiresIn) {
-      rows.set(this.key(id), { payload, expiresAt: Date.now() + (expiresIn ?? 3600) * 1000 })
-      if (payload.userCode !== undefined) rows.set(`userCode:${payload.userCode}`, { payload: id, expiresAt: Date.now() + (expiresIn ?? 3600) * 1000 })
-      if (payload.uid !== undefined) rows.set(`uid:${payload.uid}`, { payload: id, expiresAt: Date.now() + (expiresIn ?? 3600) * 1000 })
+    async upsert (id, payload, expiresIn = 3600) {
+      const expiresAt = Date.now() + expiresIn * 1000
+      rows.set(this.key(id), { payload, expiresAt })
+      if (payload.userCode !== undefined) rows.set(`userCode:${payload.userCode}`, { payload: id, expiresAt })
+      if (payload.uid !== undefined) rows.set(`uid:${payload.uid}`, { payload: id, expiresAt })
     }
 
     async find (id) { return live(this.key(id)) }
@@ -80,6 +81,17 @@ function memoryAdapter () {
       for (const [key, row] of rows) if (row.payload?.grantId === grantId) rows.delete(key)
     }
   }
+}
+
+/** The account a subject names (a real server looks it up): its claims are its subject alone. */
+export async function findAccount (_ctx, sub) {
+  return { accountId: sub, claims: async () => ({ sub }) }
+}
+
+/** An error oidc-provider would render as a page, answered as JSON (the example has no pages). */
+export async function renderError (ctx, out) {
+  ctx.type = 'json'
+  ctx.body = out
 }
 
 /** The provider, configured so that it needs none of its development-only defaults (each of which warns). */
@@ -98,9 +110,9 @@ export function provider (issuer) {
       introspection: { enabled: true, allowedPolicy: async () => true },
       revocation: { enabled: true, allowedPolicy: async () => true }
     },
-    interactions: { url: (_ctx, interaction) => `${MOUNT}/interaction/${interaction.uid}` },
-    findAccount: async (_ctx, sub) => ({ accountId: sub, claims: async () => ({ sub }) }),
-    renderError: async (ctx, out) => { ctx.type = 'json'; ctx.body = out },
+    interactions: { url: (_ctx, interaction) => `${new URL(issuer).pathname.replace(/\/$/, '')}/interaction/${interaction.uid}` },
+    findAccount,
+    renderError,
     ttl: { AccessToken: 3600, ClientCredentials: 3600, DeviceCode: 600, Grant: 3600, IdToken: 3600, Interaction: 600, Session: 3600, RefreshToken: 86400 }
   })
   // RFC 8628 section 3.2: the device authorization response tells the device how long to wait

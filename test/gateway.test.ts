@@ -124,3 +124,11 @@ t.test('introspection, revocation, PAR and authorization are forwarded and paced
   t.equal(authorize.headers.get('ratelimit-policy'), '"authorization";q=10;w=1')
   t.equal(new URL(base).host, par.host)
 })
+
+t.test('a JSON body goes upstream as it came; one that does not parse is answered 400 by the gateway', { skip }, async t => {
+  const { base } = await serve(t)
+  const json = await fetch(`${base}/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ grant_type: 'client_credentials', client_id: 'billing', client_secret: 'billing-secret' }) })
+  t.same([json.status, (await json.json()).error], [400, 'invalid_request'], 'oidc-provider reads forms only, and says so')
+  const broken = await fetch(`${base}/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{' })
+  t.equal(broken.status, 400)
+})
