@@ -27,6 +27,33 @@ export const OIDC_PROVIDER_PATHS = {
 }
 
 /**
+ * Keycloak's, for one realm (its server administration guide's endpoint list), under
+ * `/realms/{realm}/protocol/openid-connect`.
+ */
+export function keycloakPaths (realm) {
+  const base = `/realms/${realm}/protocol/openid-connect`
+  return {
+    token: `${base}/token`,
+    deviceAuthorization: `${base}/auth/device`,
+    authorization: `${base}/auth`,
+    par: `${base}/ext/par/request`,
+    introspection: `${base}/token/introspect`,
+    revocation: `${base}/revoke`
+  }
+}
+
+/**
+ * Ory Hydra's public endpoints (its API reference). Its introspection is on the admin port, which
+ * resource servers reach inside the network, not through a public gateway, and it serves no PAR.
+ */
+export const HYDRA_PATHS = {
+  token: '/oauth2/token',
+  deviceAuthorization: '/oauth2/device/auth',
+  authorization: '/oauth2/auth',
+  revocation: '/oauth2/revoke'
+}
+
+/**
  * Fastify forwarding to `upstream` (a base URL) the endpoints at `paths`, paced in this process's
  * memory or on `store` (a RedisStore), on the clock `now` (for tests).
  */
