@@ -24,7 +24,8 @@
 // (a RedisStore through a Cluster failover and a restart of Redis, under traffic), soak (an hour
 // of mixed traffic through two replicas per store: rows, heap, RSS, event-loop delay, losses),
 // capacity (Redis's CPU, bytes and round trips per request: what one Redis core carries), latency
-// (what a request waits for with Redis behind a delaying proxy: one limit, one pace, three paces).
+// (what a request waits for with Redis behind a delaying proxy: one limit, one pace, three paces),
+// gateway (what examples/gateway.js adds in latency over @fastify/reply-from alone).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -42,7 +43,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [], latency: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [], latency: [], gateway: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

@@ -318,6 +318,14 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 14. Latency on a shared store')
   })
 
+  t.test('gateway: the upstream, the proxy alone and the gateway timed, every request forwarded', async t => {
+    const gateway = read(out, 'gateway')
+    t.same(gateway.configs.map((c: Json) => c.kind), ['upstream', 'proxy', 'gateway'])
+    for (const c of gateway.configs) t.ok(c.medianMs.median > 0 && c.p99Ms.median >= c.medianMs.median, `${c.name}: a median and a p99`)
+    t.ok(Number.isFinite(gateway.added.medianMs.median) && Number.isFinite(gateway.added.p99Ms.median), 'what the pace adds over the proxy alone')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 15. A gateway in front of any server')
+  })
+
   t.test('the report and the chart are written next to the results', async t => {
     const md = readFileSync(join(out, 'benchmarks.md'), 'utf8')
     for (const heading of ['## Summary', '## Machine and commands', '## 1. Bucket cost', '## 2. Memory', '## 3. HTTP cost', '## 4. Fidelity', '## 5. Key flood', '### The borrowed name', '## 6. Redis', '## 7. Instructions per request']) {

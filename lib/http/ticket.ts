@@ -37,12 +37,13 @@ export interface HeldReservation {
  *   after onError) refunds then: a refund is exact whenever it comes, and never given twice.
  * - `'rejected'` (a failure budget): refunded when the outcome is `'accepted'` as the answer is
  *   sent (onSend, after any error handler), so that an error handler may still report the
- *   failure. An answer that never passes onSend (a hijacked reply, Fastify's last-resort error
- *   answer) keeps it spent: what cannot be told a success counts as a failure.
+ *   failure. An answer that never passes onSend (Fastify's last-resort error answer) keeps it
+ *   spent: what cannot be told a success counts as a failure.
  * - `'every'`: never refunded.
  * A reply handed to the not-found handler is settled as the 404 is sent (Fastify keeps the route's
- * onSend hooks for it). A ticket that is never settled (no answer, a hijacked reply) keeps its
- * units spent.
+ * onSend hooks for it); a hijacked reply as the app ends its raw response (raw-answer.ts). When
+ * the app set no outcome, the answer's is taken (answer-outcome.ts). A ticket that is never
+ * settled (no answer, a hijacked response closed before the app ends it) keeps its units spent.
  */
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** @internal The units held, which the plugin's hooks add to (users read `held`). */
@@ -82,7 +83,10 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
     return this._refused
   }
 
-  /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
+  /**
+   * `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication
+   * failed); when nothing sets it, the outcome the answer shows (the plugin's `outcomeOf`).
+   */
   get outcome (): PaceOutcome {
     return this.#outcome
   }
