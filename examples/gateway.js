@@ -55,12 +55,15 @@ export const HYDRA_PATHS = {
 
 /**
  * Fastify forwarding to `upstream` (a base URL) the endpoints at `paths`, paced in this process's
- * memory or on `store` (a RedisStore), on the clock `now` (for tests).
+ * memory or on `store` (a RedisStore), on the clock `now` (for tests). `outcomeOf` reads a failed
+ * client authentication from an upstream that does not answer it as RFC 6749 asks; `trustProxy`
+ * names the proxies in front of the gateway (Fastify's option), whose forwarded addresses the
+ * per-address paces key by.
  */
-export async function buildGateway ({ upstream, paths = OIDC_PROVIDER_PATHS, store, now, logger = false, trustProxy } = {}) {
+export async function buildGateway ({ upstream, paths = OIDC_PROVIDER_PATHS, store, now, outcomeOf, logger = false, trustProxy } = {}) {
   const app = Fastify({ logger, trustProxy })
   await app.register(replyFrom, { base: upstream })
-  await app.register(exchangePace, { store, now })
+  await app.register(exchangePace, { store, now, outcomeOf })
   keepBodyBytes(app)
   for (const [endpoint, path] of Object.entries(paths)) {
     app.route({

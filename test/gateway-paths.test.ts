@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import { buildGateway, HYDRA_PATHS, keycloakPaths } from '../examples/gateway.js'
 import type { TapTest } from './shared-behaviour.js'
+import type { OutcomeOf } from '../lib/index.js'
 
 /**
  * examples/gateway.js in front of an upstream that answers what it received (its method, path and
@@ -24,8 +25,8 @@ async function echo (t: TapTest, answer: (received: Received, res: http.ServerRe
   return `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`
 }
 
-async function gatewayTo (t: TapTest, upstream: string, paths?: Record<string, string>): Promise<FastifyInstance> {
-  const gateway: FastifyInstance = await buildGateway({ upstream, paths, now: () => 0 })
+async function gatewayTo (t: TapTest, upstream: string, paths?: Record<string, string>, outcomeOf?: OutcomeOf): Promise<FastifyInstance> {
+  const gateway: FastifyInstance = await buildGateway({ upstream, paths, now: () => 0, outcomeOf })
   t.teardown(() => gateway.close())
   return gateway
 }
@@ -73,4 +74,21 @@ t.test('the outcome is read from the upstream\'s answer: a 401 or a 400 invalid_
   }
   await ask('mistake')
   t.equal(gateway.pace.get('token')!.size, 1, 'an authenticated client\'s own mistake stays spent')
+})
+
+t.test('an upstream that answers a wrong secret otherwise is read with outcomeOf, as docs/gateway.md shows', async t => {
+  const upstream = await echo(t, (_received, res) => {
+    res.writeHead(400, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ error: 'unauthorized_client', error_description: 'Invalid client secret' }))
+  })
+  const ask = async (gateway: FastifyInstance) => await gateway.inject({ method: 'POST', url: '/token', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'grant_type=client_credentials&client_id=billing&client_secret=wrong' })
+  const unseen = await gatewayTo(t, upstream)
+  await ask(unseen)
+  t.equal(unseen.pace.get('token')!.size, 1, 'by default, a 400 unauthorized_client is an exchange that took place')
+  const gateway = await gatewayTo(t, upstream, undefined, ({ statusCode, body }) => {
+    const error = (body as { error?: string } | undefined)?.error
+    return statusCode === 401 || (statusCode === 400 && (error === 'invalid_client' || error === 'unauthorized_client')) ? 'rejected' : 'accepted'
+  })
+  await ask(gateway)
+  t.equal(gateway.pace.get('token')!.size, 0, 'with outcomeOf, a failed client authentication')
 })

@@ -102,6 +102,8 @@ t.test('the device grant through the gateway: polls faster than the interval are
   const tv = configFor(served, 'tv', client.None())
   const authorization = await client.initiateDeviceAuthorization(tv, { scope: 'openid' })
   const poll = async () => await fetch(`${served.base}/token`, form({ grant_type: 'urn:ietf:params:oauth:grant-type:device_code', client_id: 'tv', device_code: authorization.device_code }))
+  const direct = async () => (await (await fetch(`${served.issuer}/token`, form({ grant_type: 'urn:ietf:params:oauth:grant-type:device_code', client_id: 'tv', device_code: authorization.device_code }))).json()).error
+  t.same([await direct(), await direct(), await direct()], Array(3).fill('authorization_pending'), 'oidc-provider unpaced never answers slow_down')
   t.equal((await (await poll()).json()).error, 'authorization_pending')
   t.equal((await (await poll()).json()).error, 'slow_down')
   served.clock.t += 5000
