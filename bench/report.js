@@ -495,7 +495,20 @@ function guessingSection (guessing) {
   out.push('', `Target, exchangepace with the recommended paces checking the fewest guesses of the three (@fastify/rate-limit's README example, rate-limiter-flexible's recipe) from one and from 100 addresses, with the client refused 0 times: ${verdict(guessing.target.met)} (fewest: ${guessing.target.fewest ? 'yes' : 'no'}; the client never refused: ${guessing.target.neverRefused ? 'yes' : 'no'}).`, '')
   out.push(...guessingConfigurations(), '')
   out.push(...guessingReading(guessing), '')
+  if (guessing.throughGateway) out.push(...guessingThroughGateway(guessing, scenarios, span), '')
   return out.join('\n')
+}
+
+/** The same attack through a gateway in front of oidc-provider (bench/guessing-gateway.js). */
+function guessingThroughGateway (guessing, scenarios, span) {
+  const out = ['### Through a gateway in front of oidc-provider', '']
+  const { skipped, configurations } = guessing.throughGateway
+  if (skipped !== null) return [...out, `Skipped in the latest run: ${skipped}.`]
+  out.push('The same attacker and real client (here `billing`, with `client_secret_post`), sent to a Fastify gateway with @fastify/reply-from in front of oidc-provider started unpaced, over real HTTP from the gateway to it, the clocks simulated as above. A guess is **checked** when it reaches oidc-provider, which answers it 401 `invalid_client`. **exchangepace, the gateway** is examples/gateway.js, its token paces the README's three, the outcome read from oidc-provider's answer. **@fastify/rate-limit, the gateway** limits the token route as its README shows a route's limit, `config: { rateLimit: { max: 5, timeWindow: '1 minute' } }`, keyed by `request.ip`: a proxy's limiter cannot tell a failure from a success, so it counts every request, the real client's too.', '')
+  out.push(mdTable(['configuration', ...scenarios.flatMap(s => [`checked ${span}, ${s}`, `in the first 60 s, ${s}`]), ...scenarios.map(s => `client refused, ${s}`)], configurations.map(c => [
+    c.name, ...scenarios.flatMap(s => [n(c.scenarios[s].checked), n(c.scenarios[s].checkedInFirst60s)]), ...scenarios.map(s => `${n(c.scenarios[s].client.refused)} of ${n(c.scenarios[s].client.calls)}`)
+  ])))
+  return out
 }
 
 /** How each configuration was set up, and where its setup comes from. */

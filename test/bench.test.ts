@@ -185,6 +185,13 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     }
     t.equal(guessing.target.met, guessing.target.fewest && guessing.target.neverRefused)
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), "## 8. Guessing a client's secret")
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '### Through a gateway in front of oidc-provider')
+    if (!ran(t, 'the guessing through a gateway', guessing.throughGateway.skipped ?? undefined)) return
+    const gateway = Object.fromEntries(guessing.throughGateway.configurations.map((c: Json) => [c.name, [c.scenarios['1 address'].checked, c.scenarios['100 addresses'].checked, c.scenarios['1 address'].client.refused]]))
+    t.same(gateway, {
+      'exchangepace, the gateway': [5, 200, 0],
+      '@fastify/rate-limit, the gateway': [5, 200, 5]
+    }, 'through a gateway before oidc-provider: guesses it checked, and the real client refused (by a per-address limit on every request, from its sixth call)')
   })
 
   t.test('redis: both Redis stores answered, the refund path too', async t => {
