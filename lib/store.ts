@@ -1,4 +1,3 @@
-import type { FastifyBaseLogger } from 'fastify'
 import type { Pace } from './bucket/pace.js'
 
 /** What a reservation from any store offers: the decision, and the way to give the unit back. */
@@ -52,6 +51,23 @@ export interface StoredBucket {
 }
 
 /**
+ * Where a store writes what an operator must hear of (an outage and its end, a missing permission),
+ * each line an object of fields and a message: Fastify's logger is one.
+ */
+export interface PaceLog {
+  error: PaceLogLine
+  warn: PaceLogLine
+  info: PaceLogLine
+  debug: PaceLogLine
+}
+
+/** One level of a PaceLog: a message, with or without fields before it. */
+export interface PaceLogLine {
+  (fields: object, message: string): void
+  (message: string): void
+}
+
+/**
  * A store that holds paces for every replica at once, so that the declared rate holds in total.
  * Without one, each pace lives in the replica's memory and the rate holds per replica.
  */
@@ -68,7 +84,7 @@ export interface PaceStore {
    * this replica's own pace of that name, for a store that falls back to it while it is
    * unavailable; `log` is Fastify's logger. Throws a TypeError when the store cannot keep it.
    */
-  pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace
+  pace (name: string, rate: PaceBucket, local: Pace, log: PaceLog): SharedPace
   /**
    * The operator's actions on the key `key` of the pace `name`, for every replica at once
    * (`fastify.pace.inspect`, `reset` and `block`). A store without them refuses those actions with

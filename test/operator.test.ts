@@ -58,3 +58,12 @@ t.test('a pace keyed by a device code is given by the hash the logs show, never 
   await app.pace.reset('/token', { key: secretKey('GmRhmhcxhwAzkoEqiMEg') })
   t.equal(await poll(), 200)
 })
+
+t.test('an app with no paced route says so when asked for a pace', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { now: () => clock })
+  app.get('/open', async () => 'ok')
+  await app.ready()
+  await t.rejects(app.pace.inspect('/token', { client: 'c' }), { name: 'TypeError', message: 'exchangepace: no pace is named "/token"; the paces are none' })
+})

@@ -1,5 +1,5 @@
 import { RedisStore } from '../redis/store.js'
-import { keyName } from '../redis/scripts.js'
+import { redisPaceName } from '../redis/scripts.js'
 import { parseCommandLine, UsageError, type CliCommand } from './cli-args.js'
 import { bucketJson, duration, inspectionText, rowReport, whoText } from './cli-report.js'
 
@@ -131,7 +131,7 @@ async function connect (ioredis: Ioredis, command: CliCommand): Promise<Client> 
 /** Does what `command` asks in `store` and returns what to print. */
 async function run (command: CliCommand, store: RedisStore): Promise<string> {
   const { action, pace, keyKind, key, prefix, json } = command
-  const redisKey = `${prefix}${keyName(pace)}:${key}`
+  const redisKey = `${prefix}${redisPaceName(pace)}:${key}`
   const head = { action, pace, keyKind, key, redisKey }
   const before = rowReport(await store.inspect(pace, key))
   if (action === 'inspect') return json ? jsonLine({ ...head, bucket: bucketJson(before) }) : inspectionText(command, before, redisKey, Date.now())

@@ -1,10 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Pace, Clock } from '../bucket/pace.js'
 import { bucketState } from '../bucket/state.js'
-import { keyName, PaceCounts, type Observer } from '../http/observer.js'
-import type { PaceRule } from '../http/route-config.js'
+import { MAX_BLOCK_SECONDS } from '../limits.js'
 import type { PaceReservation, PaceStore } from '../store.js'
-import { NamedPace, type Lane } from './named-pace.js'
+import { PaceCounts, type PaceKeyName } from './counts.js'
+import { NamedPace, type Lane, type RateOf } from './named-pace.js'
 import { whoKey, type KeyMaking, type PaceWho } from './who.js'
 
 /** What `fastify.pace.inspect` tells of one key's bucket. */
@@ -19,16 +19,27 @@ export interface PaceInspection {
   readonly blockedUntil: Date | null
 }
 
+/** Where an operator's action is reported (the plugin's observer logs it and tells `onEvent`). */
+export interface OperatorReport {
+  operated (pace: NamedPace, key: string, action: 'reset' | 'blocked', ms: number): void
+}
+
 /** What the registry needs from the plugin instance. */
 export interface RegistryContext extends KeyMaking {
   readonly now: Clock | undefined
   readonly store: PaceStore | undefined
   readonly log: FastifyBaseLogger
-  readonly observer: Observer
+  readonly observer: OperatorReport
 }
 
-/** The longest block, in seconds: a year, as the longest window. */
-export const MAX_BLOCK_SECONDS = 365 * 24 * 3600
+/** What a route declares of a pace: its name, the kind of its key, its bucket and its `rateOf`. */
+export interface PaceDeclaration {
+  readonly name: string
+  readonly keyKind: PaceKeyName
+  readonly limit: number
+  readonly window: number
+  readonly rateOf: RateOf | undefined
+}
 
 /**
  * `fastify.pace`: the paces of this instance, one per name, and what an operator does with them.
@@ -148,11 +159,11 @@ export class PaceRegistry {
   }
 
   /**
-   * @internal The pace of `rule`, made on first use. Throws a TypeError naming `route` when the
-   * name is already taken at another rate, `rateOf` or kind of key, or the store cannot keep it.
+   * @internal The pace `rule` declares, made on first use. Throws a TypeError naming `route` when
+   * the name is already taken at another rate, `rateOf` or kind of key, or the store cannot keep it.
    */
-  _declare (rule: PaceRule, route: string): NamedPace {
-    const keyKind = keyName(rule.key)
+  _declare (rule: PaceDeclaration, route: string): NamedPace {
+    const { keyKind } = rule
     const known = this.#paces.get(rule.name)
     const pace = `pace ${JSON.stringify(rule.name)}`
     if (known === undefined) {

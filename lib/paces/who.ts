@@ -1,7 +1,7 @@
 import { isIP, isIPv6 } from 'node:net'
 import { checkKey, InvalidRequest, pairKey, sourceKey } from '../keys/parse.js'
-import type { PaceKeyName } from '../http/observer.js'
-import { describe } from '../http/route-config.js'
+import { describe } from '../values.js'
+import type { PaceKeyName } from './counts.js'
 
 /**
  * One key of a pace, given by its parts as an operator knows them: `{ client }` for a pace keyed by

@@ -1,7 +1,7 @@
 import { Pace, type Clock } from '../bucket/pace.js'
-import { PaceCounts, type PaceKeyName } from '../http/observer.js'
-import { ignoreRejection, isThenable } from '../http/request-keys.js'
-import { MAX_QUOTA } from '../http/route-config.js'
+import { MAX_QUOTA } from '../limits.js'
+import { ignoreRejection, isThenable } from '../values.js'
+import { PaceCounts, type PaceKeyName } from './counts.js'
 import type { PaceStore, SharedPace } from '../store.js'
 import type { FastifyBaseLogger } from 'fastify'
 
