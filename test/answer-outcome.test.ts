@@ -117,6 +117,7 @@ t.test('an outcomeOf that throws or answers anything else is logged, and the exc
 })
 
 t.test('RFC 6749\'s rule reads the error of a JSON object only', async t => {
+  t.equal(oauthOutcome({ statusCode: 401, headers: {}, body: undefined }), 'rejected')
   t.equal(oauthOutcome({ statusCode: 400, headers: {}, body: 'invalid_client' }), 'accepted')
   t.equal(oauthOutcome({ statusCode: 400, headers: {}, body: { error: 'invalid_client' } }), 'rejected')
   t.equal(oauthOutcome({ statusCode: 403, headers: {}, body: { error: 'invalid_client' } }), 'accepted')
@@ -129,7 +130,8 @@ t.test('outcomeOf must be a function', async t => {
 })
 
 t.test('a streamed answer (a proxied upstream\'s) is read up to 64 KiB and sent on byte for byte', async t => {
-  const long = JSON.stringify({ error: 'invalid_client', padding: 'x'.repeat(70 * 1024) })
+  // Chunks of 16 KiB: the fifth passes the cap, three more follow it.
+  const long = JSON.stringify({ error: 'invalid_client', padding: 'x'.repeat(120 * 1024) })
   const chunks = (text: string) => Readable.from([Buffer.from(text.slice(0, 10)), text.slice(10)])
   const server = await app(t, {
     short: reply => reply.code(400).type('application/json').send(chunks('{"error":"invalid_client"}')),

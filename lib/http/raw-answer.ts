@@ -3,6 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { BODY_CAP, type AnswerReader } from './answer-outcome.js'
 import type { Holding } from './bound-pace.js'
 import { writeQuota } from './quota-headers.js'
+import { kTicket } from './request-ticket.js'
 import type { PaceTicket } from './ticket.js'
 
 /**
@@ -18,20 +19,28 @@ import type { PaceTicket } from './ticket.js'
 type Callback = (err?: Error | null) => void
 type Chunk = string | Uint8Array
 
-/** Wraps `reply.hijack` so that a hijacked answer is watched; a ticket already settled (a route that commits as it reserves) only carries its quota headers over. */
-export function watchHijack (reply: FastifyReply, ticket: PaceTicket<Holding>, reader: AnswerReader, request: FastifyRequest): void {
-  const hijack = reply.hijack
-  reply.hijack = function hijackWatched (this: FastifyReply) {
-    const res = reply.raw
-    if (ticket.settled) {
-      for (const name of ['ratelimit-policy', 'ratelimit']) {
-        const value = reply.getHeader(name)
-        if (value !== undefined) res.setHeader(name, value)
-      }
-    } else {
-      watchRaw(res, ticket, reader, request)
-    }
-    return hijack.call(this)
+/** A ticket whose reply, once hijacked, is watched: see `hijackWatched`. */
+export interface HijackWatcher {
+  _hijacked (reply: FastifyReply): void
+}
+
+/**
+ * `reply.hijack` on the reply of a paced route, set on it once its units are held: the ticket
+ * watches the raw response (or, settled already, carries its quota headers over), then Fastify's
+ * own hijack runs. One function for every reply: setting it allocates nothing.
+ */
+export function hijackWatched (this: FastifyReply): FastifyReply {
+  ((this.request as unknown as { [kTicket]: HijackWatcher })[kTicket])._hijacked(this)
+  return (Object.getPrototypeOf(this) as FastifyReply).hijack.call(this)
+}
+
+/** What a hijacked reply's ticket does: a ticket already settled (a route that commits as it reserves) only carries its quota headers over. */
+export function watchHijacked (reply: FastifyReply, ticket: PaceTicket<Holding>, reader: AnswerReader, request: FastifyRequest): void {
+  const res = reply.raw
+  if (!ticket.settled) return watchRaw(res, ticket, reader, request)
+  for (const name of ['ratelimit-policy', 'ratelimit']) {
+    const value = reply.getHeader(name)
+    if (value !== undefined) res.setHeader(name, value)
   }
 }
 

@@ -10,7 +10,7 @@ import { kTicket, type SlottedRequest } from './request-ticket.js'
 import type { PaceReservation, SharedPace } from '../store.js'
 import { PaceTicket } from './ticket.js'
 import type { AnswerReader } from './answer-outcome.js'
-import { watchHijack } from './raw-answer.js'
+import { hijackWatched, watchHijacked, type HijackWatcher } from './raw-answer.js'
 
 /**
  * The hooks that reserve before the handler (preHandler; onRequest for source paces spent on every
@@ -82,7 +82,7 @@ class Asked {
  * store once, however many paces its route has, and the refusal it gets is the one it would have
  * got had they been asked in turn (the first in the route's order).
  */
-export class RequestPaces extends PaceTicket<Holding> {
+export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
   readonly #request: FastifyRequest
   readonly #observer: Observer
   readonly #answers: AnswerReader
@@ -242,7 +242,7 @@ export class RequestPaces extends PaceTicket<Holding> {
       writeQuota(this.#reply as FastifyReply, this._held, null, null)
       this._settle()
     }
-    if (step.last) watchHijack(this.#reply as FastifyReply, this, this.#answers, this.#request)
+    if (step.last) (this.#reply as FastifyReply).hijack = hijackWatched
     ;(this.#next as HookHandlerDoneFunction)()
   }
 
@@ -271,6 +271,11 @@ export class RequestPaces extends PaceTicket<Holding> {
   #giveBack (): void {
     this._refundFrom(this.#first)
     if ((this.#step as ReserveStep).commits) this._settle()
+  }
+
+  /** @internal The reply was hijacked (`hijackWatched`): its raw response is watched. */
+  _hijacked (reply: FastifyReply): void {
+    watchHijacked(reply, this, this.#answers, this.#request)
   }
 
   /**
