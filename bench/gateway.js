@@ -1,4 +1,4 @@
-// Part 15, gateway: what examples/gateway.js adds in latency over the proxy alone. An upstream
+// Part 17, gateway: what examples/gateway.js adds in latency over the proxy alone. An upstream
 // token endpoint that answers at once, @fastify/reply-from in front of it with the body kept as
 // bytes (the proxy alone), and the same with exchangepace's token paces (the README's three) in
 // front (the gateway): bench/gateway-servers.js, in a process of its own. Each round times
