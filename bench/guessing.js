@@ -39,6 +39,7 @@ import { CLIENT_ID, CLIENT_SECRET, FORM, tokenBody } from './apps.js'
 import { byMode, log, parseOptions, table, writeResult } from './common.js'
 import { exchangepaceWith, fastifyRateLimitWith, rateLimiterFlexibleRecipe, TOKEN } from './login-limiters.js'
 import { simulatedClock, withSimulatedDateNow } from './simulated.js'
+import { GATEWAY_CLIENT, GATEWAY_CONFIGURATIONS, gatewaySkipped } from './guessing-gateway.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
@@ -88,16 +89,27 @@ function count (statuses, status, expected, who) {
   statuses[status] = (statuses[status] ?? 0) + 1
 }
 
-/** One run: the attacker from `addresses` and the real client, interleaved in time order, for `seconds`. */
+/**
+ * One run: the attacker from `addresses` and the real client, interleaved in time order, for
+ * `seconds`. A configuration with `build` is a gateway in front of oidc-provider
+ * (guessing-gateway.js): a guess is checked when oidc-provider answers it (401).
+ */
 async function run (configuration, addresses, seconds) {
   const clock = simulatedClock()
   const checked = []
   const attacker = {}
   const client = {}
   await withSimulatedDateNow(clock, async () => {
-    const app = await buildApp(configuration, clock, checked)
-    const send = (remoteAddress, payload) => app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload, remoteAddress })
-    const clientBody = tokenBody(CLIENT_ID, CLIENT_SECRET)
+    const gateway = configuration.build === undefined ? null : await configuration.build(clock)
+    const app = gateway?.app ?? await buildApp(configuration, clock, checked)
+    const { id, secret } = gateway === null ? { id: CLIENT_ID, secret: CLIENT_SECRET } : GATEWAY_CLIENT
+    const inject = (remoteAddress, payload) => app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload, remoteAddress })
+    const send = async (remoteAddress, payload) => {
+      const response = await inject(remoteAddress, payload)
+      if (gateway !== null && response.statusCode === 401) checked.push(clock.ms)
+      return response
+    }
+    const clientBody = tokenBody(id, secret)
     try {
       for (let guess = 0, call = 0; ;) {
         const guessAt = guess * ATTACK_MS
@@ -108,12 +120,12 @@ async function run (configuration, addresses, seconds) {
           count(client, (await send(CLIENT_ADDRESS, clientBody)).statusCode, [200, 429], 'real client')
           call++
         } else {
-          count(attacker, (await send(addresses[guess % addresses.length], tokenBody(CLIENT_ID, `guess-${guess}`))).statusCode, [401, 429], 'attacker')
+          count(attacker, (await send(addresses[guess % addresses.length], tokenBody(id, `guess-${guess}`))).statusCode, [401, 429], 'attacker')
           guess++
         }
       }
     } finally {
-      await app.close()
+      await (gateway?.close() ?? app.close())
     }
   })
   const perMinute = new Array(Math.ceil(seconds / 60)).fill(0)
@@ -140,6 +152,20 @@ for (const configuration of CONFIGURATIONS) {
   results.push(row)
 }
 
+/** The same through a gateway in front of oidc-provider, on Node 22 or later. */
+const skipped = gatewaySkipped()
+const throughGateway = { skipped, configurations: [] }
+if (skipped !== null) log(`guessing: through a gateway in front of oidc-provider: skipped: ${skipped}`)
+for (const configuration of skipped === null ? GATEWAY_CONFIGURATIONS : []) {
+  const row = { name: configuration.name, library: configuration.library, setup: configuration.setup, scenarios: {} }
+  for (const [scenario, addresses] of Object.entries(ATTACKERS)) {
+    const started = performance.now()
+    row.scenarios[scenario] = await run(configuration, addresses, settings.seconds)
+    log(`guessing: ${configuration.name}, ${scenario}: ${row.scenarios[scenario].checked} guesses checked by oidc-provider, real client refused ${row.scenarios[scenario].client.refused} (${((performance.now() - started) / 1000).toFixed(1)} s)`)
+  }
+  throughGateway.configurations.push(row)
+}
+
 log(`\nguessing: one client's secret, a guess every ${ATTACK_MS} ms, the real client at ${1000 / CLIENT_MS}/s, ${settings.seconds} s simulated`)
 log(table(['configuration', ...Object.keys(ATTACKERS).flatMap(s => [`checked, ${s}`, `first 60 s, ${s}`, `client refused, ${s}`])], results.map(r => [
   r.name, ...Object.values(r.scenarios).flatMap(s => [s.checked, s.checkedInFirst60s, `${s.client.refused} of ${s.client.calls}`])
@@ -161,6 +187,7 @@ const file = writeResult(options, 'guessing', {
     fewest,
     neverRefused
   },
-  configurations: results
+  configurations: results,
+  throughGateway
 })
 log(`\nguessing: wrote ${file}`)

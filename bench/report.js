@@ -10,6 +10,7 @@ import { soakSection, soakSummaryRow, soakSvg } from './soak-report.js'
 import { capacitySection, capacitySummaryRows } from './capacity-report.js'
 import { latencySection, latencySummaryRow } from './report-latency.js'
 import { faultsSection, faultsSummaryRow, timeoutsSection, timeoutsSummaryRow } from './report-faults.js'
+import { gatewaySection, gatewaySummaryRow } from './report-gateway.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
@@ -186,6 +187,7 @@ function summarySection (results) {
   if (results.latency && !results.latency.skipped) rows.push(latencySummaryRow(results.latency))
   if (results.timeouts && !results.timeouts.skipped) rows.push(timeoutsSummaryRow(results.timeouts))
   if (results.faults && !results.faults.skipped) rows.push(faultsSummaryRow(results.faults))
+  if (results.gateway) rows.push(gatewaySummaryRow(results.gateway))
   return ['## Summary', '', mdTable(['question', 'target', 'measured (median, spread)', ''], rows, ['l', 'l', 'l', 'l']), ''].join('\n')
 }
 
@@ -522,7 +524,20 @@ function guessingSection (guessing) {
   out.push('', `Target, exchangepace with the recommended paces checking the fewest guesses of the three (@fastify/rate-limit's README example, rate-limiter-flexible's recipe) from one and from 100 addresses, with the client refused 0 times: ${verdict(guessing.target.met)} (fewest: ${guessing.target.fewest ? 'yes' : 'no'}; the client never refused: ${guessing.target.neverRefused ? 'yes' : 'no'}).`, '')
   out.push(...guessingConfigurations(), '')
   out.push(...guessingReading(guessing), '')
+  if (guessing.throughGateway) out.push(...guessingThroughGateway(guessing, scenarios, span), '')
   return out.join('\n')
+}
+
+/** The same attack through a gateway in front of oidc-provider (bench/guessing-gateway.js). */
+function guessingThroughGateway (guessing, scenarios, span) {
+  const out = ['### Through a gateway in front of oidc-provider', '']
+  const { skipped, configurations } = guessing.throughGateway
+  if (skipped !== null) return [...out, `Skipped in the latest run: ${skipped}.`]
+  out.push('The same attacker and real client (here `billing`, with `client_secret_post`), sent to a Fastify gateway with @fastify/reply-from in front of oidc-provider started unpaced, over real HTTP from the gateway to it, the clocks simulated as above. A guess is **checked** when it reaches oidc-provider, which answers it 401 `invalid_client`. **exchangepace, the gateway** is examples/gateway.js, its token paces the README\'s three, the outcome read from oidc-provider\'s answer. **@fastify/rate-limit, the gateway** limits the token route as its README shows a route\'s limit, `config: { rateLimit: { max: 5, timeWindow: \'1 minute\' } }`, keyed by `request.ip`: a proxy\'s limiter cannot tell a failure from a success, so it counts every request, the real client\'s too.', '')
+  out.push(mdTable(['configuration', ...scenarios.flatMap(s => [`checked ${span}, ${s}`, `in the first 60 s, ${s}`]), ...scenarios.map(s => `client refused, ${s}`)], configurations.map(c => [
+    c.name, ...scenarios.flatMap(s => [n(c.scenarios[s].checked), n(c.scenarios[s].checkedInFirst60s)]), ...scenarios.map(s => `${n(c.scenarios[s].client.refused)} of ${n(c.scenarios[s].client.calls)}`)
+  ])))
+  return out
 }
 
 /** How each configuration was set up, and where its setup comes from. */
@@ -627,7 +642,7 @@ export function writeReport ({ resultsDir, docsDir }) {
     '',
     'Five questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, whether an attacker can reset or exhaust it, and how many guesses at a client\'s secret it lets reach the check; and, for a pace shared through Redis, what that costs. Each part below answers one, with @fastify/rate-limit (and, for the bucket and the guessing, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
     '',
-    'Run it: `npm run bench` (all parts, about an hour before the guessing part (part 7 counts under callgrind for about 40 minutes), whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12; then the failover runs, part 9, about 2 minutes, the hour of the soak, part 10, the capacity rounds, part 11, the latency rounds, part 14, about 5 minutes, the answer times, part 15, about 3 minutes, and the random faults, part 16, about 7 minutes), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
+    'Run it: `npm run bench` (all parts, about an hour before the guessing part (part 7 counts under callgrind for about 40 minutes), whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12; then the failover runs, part 9, about 2 minutes, the hour of the soak, part 10, the capacity rounds, part 11, the latency rounds, part 14, about 5 minutes, the answer times, part 15, about 3 minutes, the random faults, part 16, about 7 minutes, and the gateway rounds, part 17, about a minute), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
     '',
     summarySection(results),
     machineSection(results),
@@ -644,7 +659,8 @@ export function writeReport ({ resultsDir, docsDir }) {
     results.capacity ? capacitySection(results.capacity) : null,
     results.latency ? latencySection(results.latency) : null,
     results.timeouts ? timeoutsSection(results.timeouts) : null,
-    results.faults ? faultsSection(results.faults) : null
+    results.faults ? faultsSection(results.faults) : null,
+    results.gateway ? gatewaySection(results.gateway) : null
   ].filter(section => section !== null).join('\n')
   writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
   written.push(join(docsDir, 'benchmarks.md'))

@@ -27,7 +27,8 @@
 // (what a request waits for with Redis behind a delaying proxy: one limit, one pace, three paces),
 // timeouts (Redis's answer time under the soak's traffic, alone and at load, and the false outages
 // each timeoutMs would begin), faults (random fault schedules between two replicas and Redis, each
-// seed's invariants checked).
+// seed's invariants checked), gateway (what examples/gateway.js adds in latency over
+// @fastify/reply-from alone).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -45,7 +46,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: ['--expose-gc'], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [], latency: [], timeouts: [], faults: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: ['--expose-gc'], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [], latency: [], timeouts: [], faults: [], gateway: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

@@ -1,9 +1,11 @@
 // `npm run demo`: starts the example authorization server (examples/server.js) on a free port with
 // the default in-memory store, plays a short script against it over real HTTP, and prints what the
-// paces did. It takes about six seconds, most of it spent waiting for buckets to refill between
-// phases. The legitimate client calls from 127.0.0.1, the guesser from 127.0.0.2 and the flood of
-// made-up client ids from 127.0.0.3 (Linux and macOS route the whole 127.0.0.0/8 to the loopback
-// interface).
+// paces did. `npm run demo -- --server oidc-provider` plays it against oidc-provider mounted in
+// Fastify (examples/oidc-provider.js), `--server gateway` against the gateway in front of
+// oidc-provider started unpaced (examples/gateway.js); both need Node 22 or later. It takes about
+// six seconds, most of it spent waiting for buckets to refill between phases. The legitimate
+// client calls from 127.0.0.1, the guesser from 127.0.0.2 and the flood of made-up client ids from
+// 127.0.0.3 (Linux and macOS route the whole 127.0.0.0/8 to the loopback interface).
 //
 // The columns count responses as the caller saw them, except "refunded", which is counted on the
 // server: a request whose handler marked the exchange rejected while it held a unit of the
@@ -15,11 +17,67 @@ import { request as httpRequest } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
+import { createServer } from 'node:http'
 import { buildServer } from './server.js'
 
-/** Registered in examples/server.js: 5 token requests a second per client id, 50 per source. */
+/** Registered in examples/client-auth.js: 5 token requests a second per client id, 50 per source. */
 const CLIENT = { id: 'reporting', secret: 'reporting-secret', perSecond: 5 }
-const CLIENT_PACE = '/token#client'
+
+/** The query of an authorization request oidc-provider answers with a redirect to sign-in. */
+const AUTHORIZE = 'response_type=code&client_id=webapp&state=demo&redirect_uri=https%3A%2F%2Fwebapp.example%2Fcallback&scope=openid'
+
+/**
+ * The servers the script plays against: the paced app, how to start it on a free port (its base
+ * URL), its token and authorization paths and an authorization request's query, the name of its
+ * per-client token pace, and how to close it.
+ */
+export const SERVERS = {
+  example: async () => {
+    const app = buildServer()
+    const start = async () => {
+      await app.listen({ host: '127.0.0.1', port: 0 })
+      return `http://127.0.0.1:${app.server.address().port}`
+    }
+    return { app, start, token: '/token', authorize: '/authorize', query: 'response_type=code&client_id=webapp&state=demo', clientPace: '/token#client', close: () => app.close() }
+  },
+  'oidc-provider': async () => {
+    const { buildServer: buildOidcServer } = await import('./oidc-provider.js')
+    const port = await freePort()
+    const issuer = `http://127.0.0.1:${port}/oidc`
+    const app = await buildOidcServer({ issuer })
+    const start = async () => {
+      await app.listen({ host: '127.0.0.1', port })
+      return issuer
+    }
+    return { app, start, token: '/token', authorize: '/auth', query: AUTHORIZE, clientPace: 'token', close: () => app.close() }
+  },
+  gateway: async () => {
+    const { provider } = await import('./oidc-provider.js')
+    const { buildGateway } = await import('./gateway.js')
+    const port = await freePort()
+    const upstream = createServer(provider(`http://127.0.0.1:${port}`).callback())
+    await new Promise(resolve => upstream.listen(port, '127.0.0.1', resolve))
+    const app = await buildGateway({ upstream: `http://127.0.0.1:${port}` })
+    const start = async () => {
+      await app.listen({ host: '127.0.0.1', port: 0 })
+      return `http://127.0.0.1:${app.server.address().port}`
+    }
+    const close = async () => {
+      await app.close()
+      await new Promise(resolve => upstream.close(resolve))
+    }
+    return { app, start, token: '/token', authorize: '/auth', query: AUTHORIZE, clientPace: 'token', close }
+  }
+}
+
+/** A free port on 127.0.0.1, for a server whose issuer URL is known before it is built. */
+async function freePort () {
+  const probe = createServer()
+  await new Promise(resolve => probe.listen(0, '127.0.0.1', resolve))
+  const { port } = probe.address()
+  await new Promise(resolve => probe.close(resolve))
+  return port
+}
 
 /** Where the legitimate client calls from, where the guesser does, and the flood of made-up ids. */
 const CLIENT_ADDRESS = '127.0.0.1'
@@ -38,8 +96,8 @@ function basic (id, secret) {
  * Plays the script and returns what each phase saw: `{ phases, rows }`. `log` receives the printed
  * lines (default: console.log). The server is closed before this resolves.
  */
-export async function runDemo ({ log = console.log } = {}) {
-  const app = buildServer()
+export async function runDemo ({ log = console.log, server = 'example' } = {}) {
+  const { app, start, token, authorize, query, clientPace: CLIENT_PACE, close } = await SERVERS[server]()
 
   // Server-side bookkeeping. Every request the script sends carries a sequence number, and the
   // server reports back, once it answered that request, how many units it refunded for it: those of
@@ -53,9 +111,7 @@ export async function runDemo ({ log = console.log } = {}) {
     settlements.delete(id)
     done()
   })
-
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  const base = `http://127.0.0.1:${app.server.address().port}`
+  const base = await start()
 
   let sequence = 0
   /** One request over HTTP: its status, its body, and a promise of the units the server refunded for it. */
@@ -65,7 +121,7 @@ export async function runDemo ({ log = console.log } = {}) {
     const response = await exchange(`${base}${path}`, { ...init, headers: { ...init.headers, 'x-demo-request': id } })
     return { ...response, refunded }
   }
-  const askToken = (from, headers, form) => send('/token', {
+  const askToken = (from, headers, form) => send(token, {
     method: 'POST',
     from,
     headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
@@ -73,7 +129,7 @@ export async function runDemo ({ log = console.log } = {}) {
   })
   const asLegitimateClient = () => askToken(CLIENT_ADDRESS, { authorization: basic(CLIENT.id, CLIENT.secret) }, {})
   const asStranger = (id, from = CLIENT_ADDRESS) => askToken(from, {}, { client_id: id, client_secret: randomBytes(8).toString('hex') })
-  const askAuthorization = () => send('/authorize?response_type=code&client_id=webapp&state=demo')
+  const askAuthorization = () => send(`${authorize}?${query}`)
 
   const phases = []
   /** Runs `play`, which returns the answers it got, and records the phase once the server settled them. */
@@ -88,7 +144,7 @@ export async function runDemo ({ log = console.log } = {}) {
     const result = {
       label,
       sent: answers.length,
-      granted: count(status => (status >= 200 && status < 300) || status === 302),
+      granted: count(status => status >= 200 && status < 400),
       rejected: count(status => status >= 400 && status !== 429),
       limited: count(status => status === 429),
       refunded: refunds.reduce((sum, units) => sum + units, 0),
@@ -100,16 +156,8 @@ export async function runDemo ({ log = console.log } = {}) {
   }
 
   try {
-    log(`exchangepace demo: the example authorization server listens on ${base}`)
-    log('its paces, as its OpenAPI document states them:')
-    const spec = JSON.parse((await send('/openapi.json')).body)
-    for (const [path, operations] of Object.entries(spec.paths)) {
-      const paced = Object.entries(operations).filter(([, operation]) => 'x-exchangepace' in operation)
-      for (const [method, { 'x-exchangepace': statement }] of paced) {
-        log(`  ${method.toUpperCase()} ${path}, ${statement.scope}:`)
-        for (const p of statement.paces) log(`    ${rate(p)} per ${p.key} (${p.name}, spend ${p.spend})`)
-      }
-    }
+    log(`exchangepace demo: ${DESCRIPTIONS[server]} listens on ${base}`)
+    if (server === 'example') await printPaces(log, send)
     log('')
 
     await phase(`${CLIENT.id} at its rate: 5 requests, 200 ms apart`, async () => {
@@ -138,18 +186,37 @@ export async function runDemo ({ log = console.log } = {}) {
     await phase(`burst: ${CLIENT.id} sends 12 at once`, () =>
       Promise.all(Array.from({ length: 12 }, asLegitimateClient)))
 
-    await phase('/authorize: 15 at once from one address', () =>
+    await phase(`${authorize}: 15 at once from one address`, () =>
       Promise.all(Array.from({ length: 15 }, askAuthorization)))
 
     const rows = app.pace.names().map(name => ({ name, limit: app.pace.get(name).limit, window: app.pace.get(name).window, rows: app.pace.get(name).size }))
-    printReport(log, phases, rows)
+    printReport(log, phases, rows, CLIENT_PACE)
     return { phases, rows }
   } finally {
-    await app.close()
+    await close()
   }
 }
 
-function printReport (log, phases, rows) {
+const DESCRIPTIONS = {
+  example: 'the example authorization server',
+  'oidc-provider': 'oidc-provider mounted in Fastify',
+  gateway: 'the gateway in front of oidc-provider'
+}
+
+/** The example server's paces, as its OpenAPI document states them. */
+async function printPaces (log, send) {
+  log('its paces, as its OpenAPI document states them:')
+  const spec = JSON.parse((await send('/openapi.json')).body)
+  for (const [path, operations] of Object.entries(spec.paths)) {
+    const paced = Object.entries(operations).filter(([, operation]) => 'x-exchangepace' in operation)
+    for (const [method, { 'x-exchangepace': statement }] of paced) {
+      log(`  ${method.toUpperCase()} ${path}, ${statement.scope}:`)
+      for (const p of statement.paces) log(`    ${rate(p)} per ${p.key} (${p.name}, spend ${p.spend})`)
+    }
+  }
+}
+
+function printReport (log, phases, rows, CLIENT_PACE) {
   const columns = ['sent', 'granted', 'rejected', 'limited', 'refunded', 'client rows']
   const keys = ['sent', 'granted', 'rejected', 'limited', 'refunded', 'clientRows']
   const width = Math.max(...phases.map(p => p.label.length)) + 4
@@ -158,12 +225,12 @@ function printReport (log, phases, rows) {
     log(`${`${i + 1}. ${p.label}`.padEnd(width)}${keys.map(k => String(p[k]).padStart(12)).join('')}`)
   })
   log('')
-  log('granted:  answered 2xx (or /authorize\'s 302 with a code)')
+  log('granted:  answered 2xx (or the authorization endpoint\'s redirect)')
   log('rejected: answered 4xx other than 429 (here: 401 invalid_client, the wrong secret)')
   log('limited:  answered 429 by a pace, with Retry-After; the handler did not run. The guesser\'s come from')
-  log('          /token#client+source:rejected: 5 failures an hour for one client id from one address;')
-  log('          the flood\'s from /token#source: one address gets 50 token requests a second, whatever ids it names,')
-  log('          and from /token#source:rejected: 100 failures a day per address')
+  log('          the failure budget: 5 failures an hour for one client id from one address;')
+  log('          the flood\'s from the per-source ceiling: one address gets 50 token requests a second, whatever ids it names,')
+  log('          and, where the server has one (examples/server.js), the per-source failure budget: 100 failures a day per address')
   log(`refunded: units of ${CLIENT_PACE} given back because the handler flagged the exchange rejected`)
   log(`client rows: live rows in ${CLIENT_PACE} after the phase (a row exists only for a key that spent)`)
   log('')
@@ -204,4 +271,13 @@ function isMain (url) {
   return process.argv[1] !== undefined && pathToFileURL(realpathSync(process.argv[1])).href === url
 }
 
-if (isMain(import.meta.url)) await runDemo()
+/** The server `--server NAME` names in `argv` (default: the example), or an error naming the choices. */
+export function serverOf (argv) {
+  const at = argv.findIndex(arg => arg === '--server' || arg.startsWith('--server='))
+  if (at === -1) return 'example'
+  const name = argv[at].startsWith('--server=') ? argv[at].slice(9) : argv[at + 1]
+  if (!Object.hasOwn(SERVERS, name)) throw new TypeError(`demo: --server must be one of ${Object.keys(SERVERS).join(', ')}, got ${name}`)
+  return name
+}
+
+if (isMain(import.meta.url)) await runDemo({ server: serverOf(process.argv.slice(2)) })

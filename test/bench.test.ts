@@ -207,6 +207,13 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     }
     t.equal(guessing.target.met, guessing.target.fewest && guessing.target.neverRefused)
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), "## 8. Guessing a client's secret")
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '### Through a gateway in front of oidc-provider')
+    if (!ran(t, 'the guessing through a gateway', guessing.throughGateway.skipped ?? undefined)) return
+    const gateway = Object.fromEntries(guessing.throughGateway.configurations.map((c: Json) => [c.name, [c.scenarios['1 address'].checked, c.scenarios['100 addresses'].checked, c.scenarios['1 address'].client.refused]]))
+    t.same(gateway, {
+      'exchangepace, the gateway': [5, 200, 0],
+      '@fastify/rate-limit, the gateway': [5, 200, 5]
+    }, 'through a gateway before oidc-provider: guesses it checked, and the real client refused (by a per-address limit on every request, from its sixth call)')
   })
 
   t.test('redis: both Redis stores answered, the refund path too', async t => {
@@ -365,6 +372,14 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.same(faults.broken, [], 'no invariant broken')
     t.ok(faults.runs[0].statuses[200] > 0, 'clients admitted')
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 16. Random faults between the replicas and Redis')
+  })
+
+  t.test('gateway: the upstream, the proxy alone and the gateway timed, every request forwarded', async t => {
+    const gateway = read(out, 'gateway')
+    t.same(gateway.configs.map((c: Json) => c.kind), ['upstream', 'proxy', 'gateway'])
+    for (const c of gateway.configs) t.ok(c.medianMs.median > 0 && c.p99Ms.median >= c.medianMs.median, `${c.name}: a median and a p99`)
+    t.ok(Number.isFinite(gateway.added.medianMs.median) && Number.isFinite(gateway.added.p99Ms.median), 'what the pace adds over the proxy alone')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 17. A gateway in front of any server')
   })
 
   t.test('the report and the chart are written next to the results', async t => {

@@ -1,7 +1,8 @@
 import t from 'tap'
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { runDemo } from '../examples/demo.js'
+import { runDemo, serverOf } from '../examples/demo.js'
+import { needsNode } from './helpers/node.js'
 
 /**
  * `npm run demo`, played once in-process over real HTTP on the real clock. Each assertion is a
@@ -22,7 +23,11 @@ interface Phase {
 
 /** `node examples/demo.js`, what `npm run demo` runs: its exit code and what it printed. */
 function runProgram (): Promise<{ code: number | null, stdout: string }> {
-  const child = spawn(process.execPath, [fileURLToPath(new URL('../examples/demo.js', import.meta.url))], { stdio: ['ignore', 'pipe', 'inherit'] })
+  // Without tap's coverage hooks: the child loads examples/demo.js as node does, not as tsx does in
+  // this process, and its coverage of the file would stand in for this process's (which runs the
+  // other servers' paths too) instead of adding to it.
+  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => name !== 'NODE_OPTIONS' && name !== 'NODE_V8_COVERAGE' && !name.startsWith('_TAPJS_')))
+  const child = spawn(process.execPath, [fileURLToPath(new URL('../examples/demo.js', import.meta.url))], { stdio: ['ignore', 'pipe', 'inherit'], env })
   let stdout = ''
   child.stdout.on('data', (chunk: Buffer) => { stdout += String(chunk) })
   return new Promise(resolve => child.on('close', code => resolve({ code, stdout })))
@@ -110,3 +115,35 @@ t.test('npm run demo prints the same table and exits 0', async t => {
   }
   t.ok(printed.some(line => line === 'live rows left in each pace:'))
 })
+
+// `npm run demo -- --server oidc-provider` and `--server gateway`: the same script, in this process
+// (so that its coverage is this file's), against oidc-provider mounted in Fastify and against the
+// gateway in front of oidc-provider unpaced. They run after the example's, one at a time.
+
+t.test('--server names one of three servers; another is refused with the choices', async t => {
+  t.equal(serverOf([]), 'example')
+  t.equal(serverOf(['--server', 'gateway']), 'gateway')
+  t.equal(serverOf(['--server=oidc-provider']), 'oidc-provider')
+  t.throws(() => serverOf(['--server', 'keycloak']), new TypeError('demo: --server must be one of example, oidc-provider, gateway, got keycloak'))
+})
+
+for (const server of ['oidc-provider', 'gateway']) {
+  t.test(`the script against ${server}: the client keeps its rate, the guesser and the flood are refunded and leave no row`, { skip: needsNode(22) }, async t => {
+    await program
+    const printed: string[] = []
+    const { phases, rows } = await runDemo({ server, log: (line: string) => printed.push(line) }) as { phases: Phase[], rows: Array<{ name: string, rows: number }> }
+    const [atRate, stranger, afterStranger, flood, burst, authorize] = phases
+    t.match(atRate, { sent: 5, granted: 5, limited: 0, rejected: 0 })
+    t.match(stranger, { sent: 30, granted: 0, rejected: 5, limited: 25, refunded: 5, clientRows: 0 }, 'oidc-provider\'s 401s refunded to the client named')
+    t.match(afterStranger, { sent: 5, granted: 5, limited: 0 })
+    t.equal(flood.refunded, flood.rejected)
+    t.ok(flood.rejected >= 50 && flood.rejected <= most(50, flood.ms))
+    t.equal(flood.clientRows, 0)
+    t.ok(burst.granted >= 5 && burst.granted <= most(5, burst.ms))
+    t.equal(burst.granted + burst.limited, 12)
+    t.ok(authorize.granted >= 10 && authorize.granted <= most(10, authorize.ms), 'oidc-provider\'s redirects to sign-in, at the address\'s pace')
+    t.equal(authorize.granted + authorize.limited, 15)
+    t.equal(rows.find(r => r.name === 'token')!.rows, 1)
+    t.ok(printed[0].startsWith(`exchangepace demo: ${server === 'gateway' ? 'the gateway in front of oidc-provider' : 'oidc-provider mounted in Fastify'} listens on http://127.0.0.1:`))
+  })
+}

@@ -340,7 +340,8 @@ async function abandonedToken (t: TapTest, method: 'GET' | 'POST', flag: 'before
         await gone.promise
         if (flag === 'after') request.pace.outcome = 'rejected'
         ended.resolve()
-        return reply.code(401).send({ error: 'invalid_client' })
+        // Without the flag, an answer that shows no failed client authentication (RFC 6749 section 5.2).
+        return flag === 'never' ? reply.code(400).send({ error: 'invalid_grant' }) : reply.code(401).send({ error: 'invalid_client' })
       }
     })
   })

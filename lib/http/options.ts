@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify'
 import type { PaceEventHook } from './observer.js'
 import type { Clock } from '../bucket/pace.js'
 import type { PaceStore } from '../store.js'
+import type { OutcomeOf } from './answer-outcome.js'
 
 export interface ExchangePaceOptions {
   /** Monotonic clock in milliseconds handed to every pace. Default: `performance.now`. */
@@ -45,6 +46,13 @@ export interface ExchangePaceOptions {
    * only while every row is spent. An integer >= 1, or Infinity. Default: 100,000.
    */
   maxKeys?: number | undefined
+  /**
+   * The outcome of an exchange whose handler set none (a mounted Koa or Express app, a proxied
+   * upstream), read from its answer: its status, headers and JSON body. Default: RFC 6749 section
+   * 5.2, a 401, or a 400 whose `error` is `invalid_client`, is `'rejected'`, and any other answer
+   * `'accepted'`.
+   */
+  outcomeOf?: OutcomeOf | undefined
 }
 
 /** Whether `clientId`, declared by `request` and not yet verified, names a registered client. Synchronous. */
@@ -83,6 +91,7 @@ export interface CheckedOptions {
   readonly logClientIds: boolean
   readonly isClient: IsClient | undefined
   readonly maxKeys: number
+  readonly outcomeOf: OutcomeOf | undefined
 }
 
 /** The body of a 429 unless `errorResponseBuilder` builds another: RFC 6749's error object. */
@@ -95,7 +104,7 @@ function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
 
 /** Checks the plugin's options and fills in defaults. Throws a TypeError naming the option and the value. */
 export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
-  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false, isClient, maxKeys = 100_000 } = options
+  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false, isClient, maxKeys = 100_000, outcomeOf } = options
   if (now !== undefined && typeof now !== 'function') throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
   if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
   if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
@@ -107,5 +116,6 @@ export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
   if (typeof logClientIds !== 'boolean') throw new TypeError(`exchangepace: logClientIds must be a boolean, got ${typeof logClientIds}`)
   if (isClient !== undefined && typeof isClient !== 'function') throw new TypeError(`exchangepace: isClient must be a function (clientId, request) => boolean, got ${typeof isClient}`)
   if (maxKeys !== Infinity && (!Number.isInteger(maxKeys) || maxKeys < 1)) throw new TypeError(`exchangepace: maxKeys must be an integer >= 1 or Infinity, got ${String(maxKeys)}`)
-  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds, isClient, maxKeys }
+  if (outcomeOf !== undefined && typeof outcomeOf !== 'function') throw new TypeError(`exchangepace: outcomeOf must be a function, got ${typeof outcomeOf}`)
+  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds, isClient, maxKeys, outcomeOf }
 }

@@ -10,7 +10,8 @@ import { RequestPaces, reserveAll, type ReserveStep } from './reserve-hook.js'
 import { describeRoute } from './route-description.js'
 import type { PaceConfig } from './pace-config.js'
 import { paceRules } from './route-config.js'
-import { beforeSend, settleOnError } from './settle-hooks.js'
+import { settleOnSend, settleOnError } from './settle-hooks.js'
+import { AnswerReader } from './answer-outcome.js'
 import { guardUnseenRoutes } from './unseen-routes.js'
 import type { PaceTicket } from './ticket.js'
 import { warnOfTrustProxy } from './trust-proxy.js'
@@ -53,10 +54,12 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
   const observer = new Observer(checked.onEvent, checked.logClientIds, fastify.log)
   const registry = new PaceRegistry({ now, store, ipv6Subnet, maxKeyLength, maxKeys, log: fastify.log, observer })
   const binding: Binding = { registry, readers: new KeyReaders(ipv6Subnet, maxKeyLength, fastify.log, checked.isClient) }
-  const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer, shared: store !== undefined }
+  const answers = new AnswerReader(checked.outcomeOf)
+  const answering: Answering = { refusalBody: checked.errorResponseBuilder, observer, shared: store !== undefined, answers }
+  const settleHooks: SettleHooks = { onSend: settleOnSend(answers), onError: settleOnError }
   let pacedBySource = false
   fastify.decorate('pace', registry)
-  decorateTickets(fastify, request => new RequestPaces(observer, request))
+  decorateTickets(fastify, request => new RequestPaces(observer, request, answers))
   guardUnseenRoutes(fastify)
 
   fastify.addHook('onRoute', function paceRoute (this: FastifyInstance, routeOptions: RouteOptions) {
@@ -66,7 +69,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     const rules = paceRules(config, route, paceUrl(routeOptions))
     const bound = rules.map(rule => bindPace(rule, route, binding))
     pacedBySource ||= rules.some(rule => rule.key === 'source')
-    addHooks(routeOptions, bound.filter(b => b.rule.early), bound.filter(b => !b.rule.early), answering)
+    addHooks(routeOptions, bound.filter(b => b.rule.early), bound.filter(b => !b.rule.early), answering, settleHooks)
     routeOptions.config = markPaced(routeOptions.config)
     // A serializer compiler of the app's own (a Zod type provider's) may reject a JSON Schema 429.
     const ownSerializer = routeOptions.serializerCompiler !== undefined || this.serializerCompiler !== undefined
@@ -82,7 +85,13 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
 }
 
 /** What every reserving hook of the plugin instance shares: the 429 body's builder, the observer and where the paces live. */
-type Answering = Pick<ReserveStep, 'refusalBody' | 'observer' | 'shared'>
+type Answering = Pick<ReserveStep, 'refusalBody' | 'observer' | 'shared' | 'answers'>
+
+/** The settling hooks every route with late paces gets, made once per plugin instance. */
+interface SettleHooks {
+  readonly onSend: ReturnType<typeof settleOnSend>
+  readonly onError: typeof settleOnError
+}
 
 /**
  * Puts the plugin's hooks before the route's own (reserving) and after them (settling): `early`
@@ -91,17 +100,17 @@ type Answering = Pick<ReserveStep, 'refusalBody' | 'observer' | 'shared'>
  * onError. A route with early paces only commits in its onRequest hook and gets no other (see
  * `ReserveStep.commits`).
  */
-function addHooks (routeOptions: RouteOptions, early: ReserveStep['paces'], late: ReserveStep['paces'], answering: Answering): void {
+function addHooks (routeOptions: RouteOptions, early: ReserveStep['paces'], late: ReserveStep['paces'], answering: Answering, settle: SettleHooks): void {
   const commits = late.length === 0
   if (early.length > 0) {
-    const step: ReserveStep = { paces: early, commits, waits: commits, ...answering }
+    const step: ReserveStep = { paces: early, commits, waits: commits, last: commits, ...answering }
     routeOptions.onRequest = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.onRequest)]
   }
   if (commits) return
-  const step: ReserveStep = { paces: late, commits: false, waits: true, ...answering }
+  const step: ReserveStep = { paces: late, commits: false, waits: true, last: true, ...answering }
   routeOptions.preHandler = [(request, reply, next) => reserveAll(step, request, reply, next), ...hookList(routeOptions.preHandler)]
-  routeOptions.onSend = [...hookList(routeOptions.onSend), beforeSend]
-  routeOptions.onError = [...hookList(routeOptions.onError), settleOnError]
+  routeOptions.onSend = [...hookList(routeOptions.onSend), settle.onSend]
+  routeOptions.onError = [...hookList(routeOptions.onError), settle.onError]
 }
 
 /**

@@ -1,4 +1,3 @@
-import type { FastifyReply } from 'fastify'
 import type { PaceRule } from './route-config.js'
 import { refundedOn, type PaceOutcome, type PaceSpend } from './ticket.js'
 
@@ -104,7 +103,7 @@ export interface QuotaHolding {
  * taken. A public pace that refused the request, `refusedBy`, is listed last with nothing
  * remaining. A unit counted as back takes one unit's time off the time until full.
  */
-export function writeQuota (reply: FastifyReply, held: readonly QuotaHolding[], outcome: PaceOutcome | null, refusedBy: RefusedBy | null): void {
+export function writeQuota (reply: HeaderTarget, held: readonly QuotaHolding[], outcome: PaceOutcome | null, refusedBy: RefusedBy | null): void {
   let policy = ''
   let quota = ''
   for (const { quota: items, spend, reservation } of held) {
@@ -119,7 +118,14 @@ export function writeQuota (reply: FastifyReply, held: readonly QuotaHolding[], 
     policy = listItem(policy, items.policy, items.policyList)
     quota = listItem(quota, items.refusedItem(refusedBy.retryAfter), items.quotaList)
   }
-  if (policy !== '') reply.header('ratelimit-policy', policy).header('ratelimit', quota)
+  if (policy === '') return
+  reply.header('ratelimit-policy', policy)
+  reply.header('ratelimit', quota)
+}
+
+/** Where the headers go: a Fastify reply, or a raw response's `setHeader` for an answer written past Fastify. */
+export interface HeaderTarget {
+  header (name: string, value: string): unknown
 }
 
 /** Appends `item` to a structured-field list held as text: the list `last` holds when it was made of the same two. */

@@ -9,6 +9,8 @@ import type { Lane } from '../paces/named-pace.js'
 import { kTicket, type SlottedRequest } from './request-ticket.js'
 import type { PaceReservation, SharedPace } from '../store.js'
 import { PaceTicket } from './ticket.js'
+import type { AnswerReader } from './answer-outcome.js'
+import { hijackWatched, watchHijacked, type HijackWatcher } from './raw-answer.js'
 
 /**
  * The hooks that reserve before the handler (preHandler; onRequest for source paces spent on every
@@ -37,14 +39,20 @@ export interface ReserveStep {
    * store once.
    */
   readonly waits: boolean
+  /**
+   * The route's last reserving hook: once it holds its units the handler runs, and a reply it
+   * hijacks is watched (raw-answer.ts).
+   */
+  readonly last: boolean
   readonly refusalBody: (request: FastifyRequest, refusal: PaceRefusal) => object
   readonly observer: Observer
+  readonly answers: AnswerReader
 }
 
 /** The hook: reserves `step`'s paces for `request`, on the request's ticket (made here if nothing read it yet). */
 export function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
   const slotted = request as SlottedRequest
-  const paces = (slotted[kTicket] ?? (slotted[kTicket] = new RequestPaces(step.observer, request))) as RequestPaces
+  const paces = (slotted[kTicket] ?? (slotted[kTicket] = new RequestPaces(step.observer, request, step.answers))) as RequestPaces
   if (step.shared) paces.ask(step, reply, next)
   else paces.reserve(step, reply, next)
 }
@@ -74,9 +82,10 @@ class Asked {
  * store once, however many paces its route has, and the refusal it gets is the one it would have
  * got had they been asked in turn (the first in the route's order).
  */
-export class RequestPaces extends PaceTicket<Holding> {
+export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
   readonly #request: FastifyRequest
   readonly #observer: Observer
+  readonly #answers: AnswerReader
   #reply: FastifyReply | null = null
   /** The hook at work: its step, how the request goes on, and where its units start in `held` (what it gives back). */
   #step: ReserveStep | null = null
@@ -92,10 +101,11 @@ export class RequestPaces extends PaceTicket<Holding> {
   #flying = 0
 
   /** @internal Made for a request on a paced route; `observer` hears of every decision. */
-  constructor (observer: Observer, request: FastifyRequest) {
+  constructor (observer: Observer, request: FastifyRequest, answers: AnswerReader) {
     super(observer, request)
     this.#request = request
     this.#observer = observer
+    this.#answers = answers
   }
 
   /** @internal Reserves `step`'s paces in this replica's memory, one after the other, and answers or goes on at once. */
@@ -231,13 +241,17 @@ export class RequestPaces extends PaceTicket<Holding> {
     ;(this.#next as HookHandlerDoneFunction)(stop.failure as Error)
   }
 
-  /** Every unit of the hook at work is held: a hook that commits writes the quota headers and settles; the request goes on. */
+  /**
+   * Every unit of the hook at work is held: a hook that commits writes the quota headers and
+   * settles; after the last hook, a hijacked reply is watched; the request goes on.
+   */
   #goOn (): void {
     const step = this.#step as ReserveStep
     if (step.commits) {
       writeQuota(this.#reply as FastifyReply, this._held, null, null)
       this._settle()
     }
+    if (step.last) (this.#reply as FastifyReply).hijack = hijackWatched
     ;(this.#next as HookHandlerDoneFunction)()
   }
 
@@ -316,6 +330,11 @@ export class RequestPaces extends PaceTicket<Holding> {
   #giveBack (): void {
     this._refundFrom(this.#first)
     if ((this.#step as ReserveStep).commits) this._settle()
+  }
+
+  /** @internal The reply was hijacked (`hijackWatched`): its raw response is watched. */
+  _hijacked (reply: FastifyReply): void {
+    watchHijacked(reply, this, this.#answers, this.#request)
   }
 
   /**

@@ -37,12 +37,13 @@ export interface HeldReservation {
  *   after onError) refunds then: a refund is exact whenever it comes, and never given twice.
  * - `'rejected'` (a failure budget): refunded when the outcome is `'accepted'` as the answer is
  *   sent (onSend, after any error handler), so that an error handler may still report the
- *   failure. An answer that never passes onSend (a hijacked reply, Fastify's last-resort error
- *   answer) keeps it spent: what cannot be told a success counts as a failure.
+ *   failure. An answer that never passes onSend (Fastify's last-resort error answer) keeps it
+ *   spent: what cannot be told a success counts as a failure.
  * - `'every'`: never refunded.
  * A reply handed to the not-found handler is settled as the 404 is sent (Fastify keeps the route's
- * onSend hooks for it). A ticket that is never settled (no answer, a hijacked reply) keeps its
- * units spent.
+ * onSend hooks for it); a hijacked reply as the app ends its raw response (raw-answer.ts). When
+ * the app set no outcome, the answer's is taken (answer-outcome.ts). A ticket that is never
+ * settled (no answer, a hijacked response closed before the app ends it) keeps its units spent.
  */
 export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** @internal The units held, which the plugin's hooks add to (users read `held`). */
@@ -54,6 +55,8 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
   /** @internal Set by the plugin when a pace refuses the request. */
   _refused = false
   #outcome: PaceOutcome = 'accepted'
+  /** Whether the app set the outcome; if not, the plugin takes it from the answer (answer-outcome.ts). */
+  #told = false
   #settled = false
   /** The exchanges' units were refunded (the outcome was `'rejected'` at or after settlement). */
   #refunded = false
@@ -80,7 +83,10 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
     return this._refused
   }
 
-  /** `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication failed). */
+  /**
+   * `'accepted'` unless the handler sets `'rejected'` (for instance: client authentication
+   * failed); when nothing sets it, the outcome the answer shows (the plugin's `outcomeOf`).
+   */
   get outcome (): PaceOutcome {
     return this.#outcome
   }
@@ -89,6 +95,20 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
     if (value !== 'accepted' && value !== 'rejected') {
       throw new TypeError(`exchangepace: request.pace.outcome must be 'accepted' or 'rejected', got ${String(value)}`)
     }
+    this.#told = true
+    this._answered(value)
+  }
+
+  /** @internal Whether the app set the outcome (the handler, a hook or an error handler). */
+  get _told (): boolean {
+    return this.#told
+  }
+
+  /**
+   * @internal The outcome the answer shows, when the app set none: the same effect as setting it,
+   * a `'rejected'` after settlement refunding then.
+   */
+  _answered (value: PaceOutcome): void {
     this.#outcome = value
     if (value === 'rejected' && this.#settled) this.#refund('accepted')
   }

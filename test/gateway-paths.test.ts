@@ -1,0 +1,94 @@
+import t from 'tap'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import type { FastifyInstance } from 'fastify'
+import { buildGateway, HYDRA_PATHS, keycloakPaths } from '../examples/gateway.js'
+import type { TapTest } from './shared-behaviour.js'
+import type { OutcomeOf } from '../lib/index.js'
+
+/**
+ * examples/gateway.js in front of an upstream that answers what it received (its method, path and
+ * body, as bytes): the paths of Keycloak and Hydra, the body byte for byte, every upstream header
+ * and status back, the outcome from the upstream's answer. Runs on every Node (no oidc-provider).
+ */
+
+interface Received { method: string, url: string, body: string, headers: http.IncomingHttpHeaders }
+
+async function echo (t: TapTest, answer: (received: Received, res: http.ServerResponse) => void): Promise<string> {
+  const upstream = http.createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', chunk => chunks.push(chunk))
+    req.on('end', () => answer({ method: req.method!, url: req.url!, body: Buffer.concat(chunks).toString('latin1'), headers: req.headers }, res))
+  })
+  await new Promise<void>(resolve => upstream.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise(resolve => upstream.close(resolve)))
+  return `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`
+}
+
+async function gatewayTo (t: TapTest, upstream: string, paths?: Record<string, string>, outcomeOf?: OutcomeOf): Promise<FastifyInstance> {
+  const gateway: FastifyInstance = await buildGateway({ upstream, paths, now: () => 0, outcomeOf })
+  t.teardown(() => gateway.close())
+  return gateway
+}
+
+const echoed = (received: Received, res: http.ServerResponse) => {
+  res.writeHead(200, { 'content-type': 'application/json', 'x-upstream': 'yes' })
+  res.end(JSON.stringify(received))
+}
+
+t.test('Keycloak\'s and Hydra\'s endpoint paths are forwarded as they are, the body byte for byte', async t => {
+  const upstream = await echo(t, echoed)
+  // Percent-encodings in an order and case no re-encoding would keep, and a client assertion.
+  const body = 'grant_type=client_credentials&client_id=billing&client_secret=b%69lling%2dsecret+%7e&scope=a%20b'
+  for (const paths of [keycloakPaths('acme'), HYDRA_PATHS]) {
+    const gateway = await gatewayTo(t, upstream, paths)
+    const response = await gateway.inject({ method: 'POST', url: paths.token, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: body })
+    const received = response.json() as Received
+    t.same([received.method, received.url, received.body], ['POST', paths.token, body])
+    t.equal(response.headers['x-upstream'], 'yes', 'the upstream\'s headers come back')
+    t.match(response.headers.ratelimit, /"token";r=4;t=1/)
+    const authorize = await gateway.inject({ method: 'GET', url: `${paths.authorization}?client_id=webapp` })
+    t.same((authorize.json() as Received).url, `${paths.authorization}?client_id=webapp`)
+  }
+  t.equal(keycloakPaths('acme').token, '/realms/acme/protocol/openid-connect/token')
+})
+
+t.test('the outcome is read from the upstream\'s answer: a 401 or a 400 invalid_client refunds the client named', async t => {
+  const answers = new Map<string, [number, object]>([
+    ['wrong', [401, { error: 'invalid_client' }]],
+    ['wrong-400', [400, { error: 'invalid_client' }]],
+    ['mistake', [400, { error: 'invalid_grant' }]]
+  ])
+  const upstream = await echo(t, (received, res) => {
+    const [status, body] = answers.get(new URLSearchParams(received.body).get('client_secret')!)!
+    res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+    res.end(JSON.stringify(body))
+  })
+  const gateway = await gatewayTo(t, upstream)
+  const ask = async (secret: string) => await gateway.inject({ method: 'POST', url: '/token', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `grant_type=client_credentials&client_id=billing&client_secret=${secret}` })
+  for (const secret of ['wrong', 'wrong-400']) {
+    const response = await ask(secret)
+    t.same([response.statusCode, response.json()], [answers.get(secret)![0], { error: 'invalid_client' }])
+    t.equal(response.headers['cache-control'], 'no-store')
+    t.equal(gateway.pace.get('token')!.size, 0, `${secret}: refunded`)
+  }
+  await ask('mistake')
+  t.equal(gateway.pace.get('token')!.size, 1, 'an authenticated client\'s own mistake stays spent')
+})
+
+t.test('an upstream that answers a wrong secret otherwise is read with outcomeOf, as docs/gateway.md shows', async t => {
+  const upstream = await echo(t, (_received, res) => {
+    res.writeHead(400, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ error: 'unauthorized_client', error_description: 'Invalid client secret' }))
+  })
+  const ask = async (gateway: FastifyInstance) => await gateway.inject({ method: 'POST', url: '/token', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'grant_type=client_credentials&client_id=billing&client_secret=wrong' })
+  const unseen = await gatewayTo(t, upstream)
+  await ask(unseen)
+  t.equal(unseen.pace.get('token')!.size, 1, 'by default, a 400 unauthorized_client is an exchange that took place')
+  const gateway = await gatewayTo(t, upstream, undefined, ({ statusCode, body }) => {
+    const error = (body as { error?: string } | undefined)?.error
+    return statusCode === 401 || (statusCode === 400 && (error === 'invalid_client' || error === 'unauthorized_client')) ? 'rejected' : 'accepted'
+  })
+  await ask(gateway)
+  t.equal(gateway.pace.get('token')!.size, 0, 'with outcomeOf, a failed client authentication')
+})
