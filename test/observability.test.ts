@@ -52,9 +52,9 @@ t.test('fastify.pace counts what each pace granted, refused, refunded and found 
   await post(app, 'right-secret') // refused by the client pace: the pair's unit goes back
   await post(app, 'guess-1') // refused by the client pace again
   await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'a'], ['client_id', 'b']) }) // a repeated id: 400
-  t.same({ ...app.pace.counts('/token#client+source:rejected') }, { granted: 3, refused: 0, refunded: 3, invalid: 1, grantedWithoutStore: 0, refusedWithoutStore: 0 })
-  t.same({ ...app.pace.counts('/token#client') }, { granted: 1, refused: 2, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
-  t.same({ ...app.pace.counts('/token#source') }, { granted: 4, refused: 0, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
+  t.same({ ...app.pace.counts('/token#client+source:rejected') }, { granted: 3, refused: 0, refunded: 3, invalid: 1, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
+  t.same({ ...app.pace.counts('/token#client') }, { granted: 1, refused: 2, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
+  t.same({ ...app.pace.counts('/token#source') }, { granted: 4, refused: 0, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
   t.equal(app.pace.counts('/nothing'), undefined)
   const counts = app.pace.counts('/token#client')!
   await post(app, 'right-secret')

@@ -18,9 +18,11 @@ export interface PaceEvent {
    * back to the pace (its outcome asked for it, or another pace refused the request). `'invalid'`:
    * the request's key for this pace was malformed (400 invalid_request). `'reset'` and
    * `'blocked'`: an operator reset or blocked the key (`fastify.pace.reset`, `block`), with no
-   * request.
+   * request. `'shadow-refusal'`: a pace in shadow would have refused the request, which went on.
+   * `'near-limit'`: a grant left the pace's `warnAt` share of the key's bucket spent (once per key
+   * until its bucket is full again).
    */
-  readonly type: 'refused' | 'refunded' | 'invalid' | 'reset' | 'blocked'
+  readonly type: 'refused' | 'refunded' | 'invalid' | 'reset' | 'blocked' | 'shadow-refusal' | 'near-limit'
   /** The pace's name (its table in `fastify.pace`). */
   readonly name: string
   readonly keyKind: PaceKeyName
@@ -34,7 +36,11 @@ export interface PaceEvent {
    * back because the request was refused or malformed. Null otherwise.
    */
   readonly outcome: PaceOutcome | null
-  /** For `'refused'`: the exact wait until one unit is back; for `'blocked'`, the block's length; in milliseconds. 0 otherwise. */
+  /**
+   * For `'refused'` and `'shadow-refusal'`: the exact wait until one unit is back; for `'blocked'`,
+   * the block's length; for `'near-limit'`, the time until the bucket is full again; in
+   * milliseconds. 0 otherwise.
+   */
   readonly retryAfterMs: number
 }
 
@@ -67,6 +73,10 @@ export class PaceCounts {
    * without a store.
    */
   refusedWithoutStore = 0
+  /** Requests a pace in shadow would have refused, which went on to the handler (none are in `refused`). */
+  shadowRefused = 0
+  /** Early warnings: grants that left the `warnAt` share of a key's bucket spent, once per key until it is full again. */
+  nearLimit = 0
 }
 
 /** A unit as the observer needs it: its pace, kind of key and counts. */
@@ -81,7 +91,8 @@ export function keyName (kind: PaceKeyKind): PaceKeyName {
 }
 
 /**
- * One plugin instance's observer. Log levels: a refusal and a malformed key at info, a refund at
+ * One plugin instance's observer. Log levels: a refusal, a shadow refusal, an early warning and a
+ * malformed key at info, a refund at
  * debug (every failed exchange has one). A declared client id (alone, in a pair, or a custom key,
  * which may be one) is logged only with `logClientIds`; a source address always, as Fastify's own
  * request log has it, and so is the hash that keys a device code or a bearer token. A hook that throws is logged once per pace, at error, and ignored.
@@ -102,6 +113,20 @@ export class Observer {
     pace.counts.refused++
     request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), retryAfterMs }, 'exchangepace: refused, the pace is spent')
     this.#emit(request, pace, 'refused', key, null, retryAfterMs)
+  }
+
+  /** A pace in shadow would have refused `key`, whose unit is back in `retryAfterMs`; the request goes on. */
+  shadowRefused (request: FastifyRequest, pace: Observed, key: string, retryAfterMs: number): void {
+    pace.counts.shadowRefused++
+    request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), retryAfterMs }, 'exchangepace: would refuse (shadow), the pace is spent; the request goes on')
+    this.#emit(request, pace, 'shadow-refusal', key, null, retryAfterMs)
+  }
+
+  /** A grant left `key` of a pace with `warnAt` that share spent, its bucket full again in `fullInMs`. */
+  nearLimit (request: FastifyRequest, pace: Observed, key: string, fullInMs: number): void {
+    pace.counts.nearLimit++
+    request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), fullInMs }, 'exchangepace: near the limit, the key has spent its warnAt share of the pace')
+    this.#emit(request, pace, 'near-limit', key, null, fullInMs)
   }
 
   /** A ticket gave `held` back (the observer is every ticket's refund listener). */

@@ -30,6 +30,12 @@ export interface ExchangePaceOptions {
    * Fastify's own request log has them. Default: false.
    */
   logClientIds?: boolean | undefined
+  /**
+   * Every pace in shadow, unless it says `shadow: false`: refusals are counted, logged and told to
+   * `onEvent`, not enforced (see `PaceRouteOptions.shadow`). For trying new paces on live traffic.
+   * Default: false.
+   */
+  shadow?: boolean | undefined
 }
 
 /** What `errorResponseBuilder` is told about a refusal. */
@@ -57,6 +63,7 @@ export interface CheckedOptions {
   readonly store: PaceStore | undefined
   readonly onEvent: PaceEventHook | undefined
   readonly logClientIds: boolean
+  readonly shadow: boolean
 }
 
 /** The body of a 429 unless `errorResponseBuilder` builds another: RFC 6749's error object. */
@@ -69,7 +76,7 @@ function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
 
 /** Checks the plugin's options and fills in defaults. Throws a TypeError naming the option and the value. */
 export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
-  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false } = options
+  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false, shadow = false } = options
   if (now !== undefined && typeof now !== 'function') throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
   if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
   if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
@@ -79,5 +86,6 @@ export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
   }
   if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError(`exchangepace: onEvent must be a function, got ${typeof onEvent}`)
   if (typeof logClientIds !== 'boolean') throw new TypeError(`exchangepace: logClientIds must be a boolean, got ${typeof logClientIds}`)
-  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds }
+  if (typeof shadow !== 'boolean') throw new TypeError(`exchangepace: shadow must be a boolean, got ${typeof shadow}`)
+  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds, shadow }
 }

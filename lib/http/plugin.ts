@@ -63,7 +63,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     const config = routeOptions.config?.pace
     if (config === undefined) return
     const route = `${String(routeOptions.method)} ${routeOptions.url}`
-    const rules = paceRules(config, route, paceUrl(routeOptions))
+    const rules = paceRules(config, route, paceUrl(routeOptions), checked.shadow)
     const bound = rules.map(rule => bindPace(rule, route, binding))
     pacedBySource ||= rules.some(rule => rule.key === 'source')
     addHooks(routeOptions, bound.filter(b => b.rule.early), bound.filter(b => !b.rule.early), answering)

@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
+import type { NearLimit } from '../bucket/near-limit.js'
 import type { BoundPace, Holding } from './bound-pace.js'
 import { InvalidRequest } from '../keys/parse.js'
 import type { Observer } from './observer.js'
@@ -112,8 +113,15 @@ export class RequestPaces extends PaceTicket<Holding> {
         return this.#malformed(bound, err as Error)
       }
       const reservation = lane.pace.reserve(key)
-      if (!reservation.granted) return this.#refuse(bound, lane, key, reservation)
+      if (!reservation.granted) {
+        if (bound.shadow) {
+          this.#observer.shadowRefused(request, bound, key, reservation.retryAfterMs)
+          continue
+        }
+        return this.#refuse(bound, lane, key, reservation)
+      }
       bound.counts.granted++
+      if (bound.nearLimit !== null) this.#warn(bound, lane, key, reservation)
       held.push(holding(bound, lane, key, reservation))
     }
     this.#goOn()
@@ -179,7 +187,10 @@ export class RequestPaces extends PaceTicket<Holding> {
     unit.answer = reservation
     unit.failure = failure
     const granted = reservation !== null && reservation.granted
-    if (granted) unit.bound.counts.granted++
+    if (granted) {
+      unit.bound.counts.granted++
+      if (unit.bound.nearLimit !== null) this.#warn(unit.bound, unit.lane, unit.key, reservation)
+    }
     if (this.settled) {
       if (granted) this._holdLate(holding(unit.bound, unit.lane, unit.key, reservation))
       return
@@ -213,13 +224,23 @@ export class RequestPaces extends PaceTicket<Holding> {
       }
       const answer = unit.answer
       if (answer !== null && answer.granted) held.push(holding(unit.bound, unit.lane, unit.key, answer))
-      else stop ??= unit
+      else if (answer === null || !unit.bound.shadow) stop ??= unit
+      else if (stop === null) this.#observer.shadowRefused(this.#request, unit.bound, unit.key, answer.retryAfterMs)
     }
     this.#resolved = asked.length
     if (stop === null) return this.#goOn()
     if (stop.answer !== null) return this.#refuse(stop.bound, stop.lane, stop.key, stop.answer)
     this.#giveBack()
     ;(this.#next as HookHandlerDoneFunction)(stop.failure as Error)
+  }
+
+  /**
+   * `lane` of `bound`'s pace, which has `warnAt`, granted `key` with `reservation`: warns when the grant left
+   * that share spent. A store that does not tell when the bucket is full gives it by the units left.
+   */
+  #warn (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): void {
+    const fullInMs = reservation.fullInMs ?? (lane.limit - reservation.remaining) * lane.window * 1000 / lane.limit
+    if ((bound.nearLimit as NearLimit).granted(key, fullInMs)) this.#observer.nearLimit(this.#request, bound, key, fullInMs)
   }
 
   /** Every unit of the hook at work is held: a hook that commits writes the quota headers and settles; the request goes on. */

@@ -1,4 +1,5 @@
-import { Pace, type Clock } from '../bucket/pace.js'
+import { NearLimit } from '../bucket/near-limit.js'
+import { defaultClock, Pace, type Clock } from '../bucket/pace.js'
 import { PaceCounts, type PaceKeyName } from '../http/observer.js'
 import { ignoreRejection, isThenable } from '../http/request-keys.js'
 import { MAX_QUOTA } from '../http/route-config.js'
@@ -29,6 +30,8 @@ export interface PaceMaking {
   readonly limit: number
   readonly window: number
   readonly rateOf: RateOf | undefined
+  readonly shadow: boolean
+  readonly warnAt: number | null
   readonly now: Clock | undefined
   readonly store: PaceStore | undefined
   readonly log: FastifyBaseLogger
@@ -52,6 +55,11 @@ export class NamedPace {
   readonly keyKind: PaceKeyName
   readonly counts = new PaceCounts()
   readonly rateOf: RateOf | undefined
+  /** Refusals are reported, not enforced. */
+  readonly shadow: boolean
+  readonly warnAt: number | null
+  /** The early warnings of every lane (the share spent is the same whatever the key's rate), or null without `warnAt`. */
+  readonly nearLimit: NearLimit | null
   readonly declared: Lane
   readonly #making: PaceMaking
   readonly #lanes: Lane[] = []
@@ -64,6 +72,9 @@ export class NamedPace {
     this.name = making.name
     this.keyKind = making.keyKind
     this.rateOf = making.rateOf
+    this.shadow = making.shadow
+    this.warnAt = making.warnAt
+    this.nearLimit = making.warnAt === null ? null : new NearLimit(making.warnAt, making.window, making.now ?? defaultClock)
     this.#making = making
     this.declared = this.#lane(making.limit)
   }

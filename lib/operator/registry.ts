@@ -159,7 +159,7 @@ export class PaceRegistry {
       const { now, store, log } = this.#context
       let made: NamedPace
       try {
-        made = new NamedPace({ name: rule.name, keyKind, limit: rule.limit, window: rule.window, rateOf: rule.rateOf, now, store, log })
+        made = new NamedPace({ name: rule.name, keyKind, limit: rule.limit, window: rule.window, rateOf: rule.rateOf, shadow: rule.shadow, warnAt: rule.warnAt, now, store, log })
       } catch (err) {
         const reason = err instanceof Error ? err.message.replace(/^exchangepace: /, '') : String(err)
         throw new TypeError(`exchangepace: route ${route}: ${reason}`, { cause: err })
@@ -175,6 +175,9 @@ export class PaceRegistry {
     }
     if (known.rateOf !== rule.rateOf) {
       throw new TypeError(`exchangepace: route ${route}: ${pace} is declared with another rateOf elsewhere; routes sharing a pace share one rateOf function`)
+    }
+    if (known.shadow !== rule.shadow || known.warnAt !== rule.warnAt) {
+      throw new TypeError(`exchangepace: route ${route}: ${pace} is declared with shadow ${String(known.shadow)} and warnAt ${String(known.warnAt)} elsewhere, got shadow ${String(rule.shadow)} and warnAt ${String(rule.warnAt)}`)
     }
     return known
   }
