@@ -75,6 +75,12 @@ export interface PaceStore {
    * a TypeError. Each rejects when the store does not answer: an operator must know.
    */
   inspect? (name: string, key: string): Promise<StoredBucket>
+  /**
+   * Visits every row the pace `name` has in the store whose key starts with `keyPrefix`, on every
+   * server (each master of a Cluster), with what `inspect` tells of it; resolves when all are
+   * visited. A row may read full (its time has come).
+   */
+  scan? (name: string, keyPrefix: string, visit: (key: string, bucket: StoredBucket) => void): Promise<void>
   /** Makes the bucket full again, and lifts a block. */
   reset? (name: string, key: string): Promise<void>
   /** Grants the key nothing for `ms` milliseconds; the bucket is full when the block ends. Resolves to its end. */

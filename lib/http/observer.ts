@@ -95,7 +95,8 @@ export function keyName (kind: PaceKeyKind): PaceKeyName {
  * malformed key at info, a refund at
  * debug (every failed exchange has one). A declared client id (alone, in a pair, or a custom key,
  * which may be one) is logged only with `logClientIds`; a source address always, as Fastify's own
- * request log has it, and so is the hash that keys a device code or a bearer token. A hook that throws is logged once per pace, at error, and ignored.
+ * request log has it (the address of a pair too, as `source`), and so is the hash that keys a
+ * device code or a bearer token. A hook that throws is logged once per pace, at error, and ignored.
  */
 export class Observer {
   readonly #onEvent: PaceEventHook | undefined
@@ -111,21 +112,21 @@ export class Observer {
 
   refused (request: FastifyRequest, pace: Observed, key: string, retryAfterMs: number): void {
     pace.counts.refused++
-    request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), retryAfterMs }, 'exchangepace: refused, the pace is spent')
+    request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), source: sourceOf(pace, key), retryAfterMs }, 'exchangepace: refused, the pace is spent')
     this.#emit(request, pace, 'refused', key, null, retryAfterMs)
   }
 
   /** A pace in shadow would have refused `key`, whose unit is back in `retryAfterMs`; the request goes on. */
   shadowRefused (request: FastifyRequest, pace: Observed, key: string, retryAfterMs: number): void {
     pace.counts.shadowRefused++
-    request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), retryAfterMs }, 'exchangepace: would refuse (shadow), the pace is spent; the request goes on')
+    request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), source: sourceOf(pace, key), retryAfterMs }, 'exchangepace: would refuse (shadow), the pace is spent; the request goes on')
     this.#emit(request, pace, 'shadow-refusal', key, null, retryAfterMs)
   }
 
   /** A grant left `key` of a pace with `warnAt` that share spent, its bucket full again in `fullInMs`. */
   nearLimit (request: FastifyRequest, pace: Observed, key: string, fullInMs: number): void {
     pace.counts.nearLimit++
-    request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), fullInMs }, 'exchangepace: near the limit, the key has spent its warnAt share of the pace')
+    request.log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), source: sourceOf(pace, key), fullInMs }, 'exchangepace: near the limit, the key has spent its warnAt share of the pace')
     this.#emit(request, pace, 'near-limit', key, null, fullInMs)
   }
 
@@ -133,7 +134,7 @@ export class Observer {
   refunded (request: unknown, held: { readonly bound: Observed, readonly key: string }, outcome: PaceOutcome | null): void {
     const { bound: pace, key } = held
     pace.counts.refunded++
-    ;(request as FastifyRequest).log.debug({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), outcome }, 'exchangepace: unit refunded')
+    ;(request as FastifyRequest).log.debug({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), source: sourceOf(pace, key), outcome }, 'exchangepace: unit refunded')
     this.#emit(request as FastifyRequest, pace, 'refunded', key, outcome, 0)
   }
 
@@ -145,7 +146,7 @@ export class Observer {
 
   /** An operator reset or blocked `key` (for `ms`), through `fastify.pace`: logged at info, and told to `onEvent` without a request. */
   operated (pace: Observed, key: string, action: 'reset' | 'blocked', ms: number): void {
-    this.#log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), action, blockedMs: action === 'blocked' ? ms : undefined }, `exchangepace: operator ${action === 'reset' ? 'reset' : 'blocked'} a key`)
+    this.#log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), source: sourceOf(pace, key), action, blockedMs: action === 'blocked' ? ms : undefined }, `exchangepace: operator ${action === 'reset' ? 'reset' : 'blocked'} a key`)
     this.#emit(null, pace, action, key, null, ms)
   }
 
@@ -171,4 +172,12 @@ export class Observer {
       this.#log.error({ err, pace: pace.name }, 'exchangepace: onEvent threw; the request goes on, and further throws for this pace are not logged')
     }
   }
+}
+
+/**
+ * The source address of a pair's key, which every log line of a pair pace carries whatever
+ * `logClientIds` says (as Fastify's request line does); undefined for any other kind of key.
+ */
+function sourceOf (pace: Observed, key: string): string | undefined {
+  return pace.keyKind === 'client+source' ? key.slice(key.indexOf('\u001f') + 1) : undefined
 }

@@ -1,11 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Pace, Clock } from '../bucket/pace.js'
-import { bucketState } from '../bucket/state.js'
+import { bucketState, type BucketState } from '../bucket/state.js'
 import { keyName, PaceCounts, type Observer } from '../http/observer.js'
 import type { PaceRule } from '../http/route-config.js'
-import type { PaceReservation, PaceStore } from '../store.js'
+import type { PaceReservation, PaceStore, StoredBucket } from '../store.js'
 import { NamedPace, type Lane } from './named-pace.js'
-import { whoKey, type KeyMaking, type PaceWho } from './who.js'
+import { clientPairs, whoKey, whoOf, type KeyMaking, type PaceWho } from './who.js'
 
 /** What `fastify.pace.inspect` tells of one key's bucket. */
 export interface PaceInspection {
@@ -18,6 +18,23 @@ export interface PaceInspection {
   /** The end of a block (`block`), or null. */
   readonly blockedUntil: Date | null
 }
+
+/** One key `fastify.pace.list` finds held back: its parts, and what `inspect` would tell of it. */
+export interface PaceListEntry extends PaceInspection {
+  /** The key's parts, as the operator's methods take them: `{ client }`, `{ source }`, `{ client, source }` or `{ key }`. */
+  readonly who: PaceWho
+}
+
+/** What `fastify.pace.list` is asked. */
+export interface PaceListOptions {
+  /** The most keys listed, those with least remaining: an integer from 1 to 10000. Default: 100. */
+  limit?: number | undefined
+  /** On a `['client', 'source']` pace: the pairs of this client only, every address of it. */
+  client?: string | undefined
+}
+
+/** The most keys `list` gives. */
+export const MAX_LIST = 10_000
 
 /** What the registry needs from the plugin instance. */
 export interface RegistryContext extends KeyMaking {
@@ -78,22 +95,65 @@ export class PaceRegistry {
   async inspect (name: string, who: PaceWho): Promise<PaceInspection> {
     const { pace, key } = this.#target(name, who)
     const lane = pace.laneOf(key)
-    if (lane.shared === null) {
-      const { remaining, retryAfterMs, fullInMs, blockedMs } = lane.pace.inspect(key)
-      return { remaining, retryAfterMs, fullInMs, blockedUntil: blockedMs > 0 ? new Date(Date.now() + blockedMs) : null }
-    }
-    const stored = await this.#operable('inspect').call(this.#context.store, name, key)
-    if (stored.blockedUntil !== null) return { remaining: 0, retryAfterMs: stored.blockedMs, fullInMs: stored.blockedMs, blockedUntil: stored.blockedUntil }
-    const { remaining, retryAfterMs, fullInMs } = bucketState(stored.spentMs, lane.limit, lane.window * 1000)
-    return { remaining, retryAfterMs, fullInMs, blockedUntil: null }
+    if (lane.shared === null) return memoryInspection(lane.pace.inspect(key))
+    return storedInspection(await this.#operable('inspect').call(this.#context.store, name, key), lane)
   }
 
-  /** Makes `who`'s bucket in the pace `name` full again, lifting a block; logged, and told to `onEvent`. */
+  /**
+   * The keys the pace `name` holds rows for that are not full (spent, or blocked), least remaining
+   * first (then the longest wait), at most `limit`: in this replica's memory with the default store,
+   * in the store for every replica with a shared one (every master of a Cluster). With `{ client }`
+   * on a pair pace, that client's pairs only. Looking changes nothing.
+   */
+  async list (name: string, options: PaceListOptions = {}): Promise<PaceListEntry[]> {
+    const { limit = 100, client } = options ?? {}
+    const pace = this.#named(name)
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST) throw new TypeError(`exchangepace: list's limit must be an integer from 1 to ${MAX_LIST}, got ${String(limit)}`)
+    let prefix = ''
+    if (client !== undefined) {
+      prefix = clientPairs(name, pace.keyKind, { client }, this.#context) ?? ''
+      if (prefix === '') throw new TypeError(`exchangepace: pace ${JSON.stringify(name)} is keyed by ${pace.keyKind}: list takes { client } on a pace keyed by client+source only`)
+    }
+    const found = new Map<string, PaceListEntry>()
+    const keep = (key: string, entry: PaceInspection): void => {
+      if (entry.fullInMs === 0 && entry.blockedUntil === null) return
+      const known = found.get(key)
+      if (known === undefined || entry.remaining < known.remaining) found.set(key, { who: whoOf(pace.keyKind, key), ...entry })
+    }
+    if (this.#context.store === undefined) {
+      for (const lane of pace.lanes) {
+        for (const key of lane.pace.keys()) if (key.startsWith(prefix)) keep(key, memoryInspection(lane.pace.inspect(key)))
+      }
+    } else {
+      await this.#operable('scan').call(this.#context.store, name, prefix, (key, stored) => { keep(key, storedInspection(stored, pace.laneOf(key))) })
+    }
+    return [...found.values()].sort((a, b) => a.remaining - b.remaining || b.retryAfterMs - a.retryAfterMs || b.fullInMs - a.fullInMs).slice(0, limit)
+  }
+
+  /**
+   * Makes `who`'s bucket in the pace `name` full again, lifting a block; logged, and told to
+   * `onEvent`. On a pair pace, `{ client }` alone resets every pair of that client (each logged).
+   */
   async reset (name: string, who: PaceWho): Promise<void> {
-    const { pace, key } = this.#target(name, who)
-    if (this.#context.store !== undefined) await this.#operable('reset').call(this.#context.store, name, key)
-    for (const lane of pace.lanes) lane.pace.reset(key)
-    this.#context.observer.operated(pace, key, 'reset', 0)
+    const named = this.#named(name)
+    const prefix = clientPairs(name, named.keyKind, who, this.#context)
+    const keys = prefix === null ? [this.#target(name, who).key] : await this.#pairsOf(name, named, prefix)
+    for (const key of keys) {
+      if (this.#context.store !== undefined) await this.#operable('reset').call(this.#context.store, name, key)
+      for (const lane of named.lanes) lane.pace.reset(key)
+      this.#context.observer.operated(named, key, 'reset', 0)
+    }
+  }
+
+  /** Every key of `pace` that starts with `prefix` (a client's pairs) and holds a row. */
+  async #pairsOf (name: string, pace: NamedPace, prefix: string): Promise<string[]> {
+    const keys = new Set<string>()
+    if (this.#context.store === undefined) {
+      for (const lane of pace.lanes) for (const key of lane.pace.keys()) if (key.startsWith(prefix)) keys.add(key)
+    } else {
+      await this.#operable('scan').call(this.#context.store, name, prefix, key => { keys.add(key) })
+    }
+    return [...keys]
   }
 
   /**
@@ -133,15 +193,21 @@ export class PaceRegistry {
 
   /** The pace named `name` and the key of `who` in it; a TypeError naming what is wrong. */
   #target (name: string, who: PaceWho): { pace: NamedPace, key: string } {
+    const pace = this.#named(name)
+    return { pace, key: whoKey(name, pace.keyKind, who, this.#context) }
+  }
+
+  /** The pace named `name`; a TypeError naming the paces there are. */
+  #named (name: string): NamedPace {
     const pace = this.#paces.get(name)
     if (pace === undefined) {
       throw new TypeError(`exchangepace: no pace is named ${JSON.stringify(name)}; the paces are ${this.names().map(known => JSON.stringify(known)).join(', ') || 'none'}`)
     }
-    return { pace, key: whoKey(name, pace.keyKind, who, this.#context) }
+    return pace
   }
 
   /** The store's operator method `action`; a TypeError when the store has none. */
-  #operable<A extends 'inspect' | 'reset' | 'block'> (action: A): NonNullable<PaceStore[A]> {
+  #operable<A extends 'inspect' | 'reset' | 'block' | 'scan'> (action: A): NonNullable<PaceStore[A]> {
     const method = this.#context.store?.[action]
     if (typeof method !== 'function') throw new TypeError(`exchangepace: the store offers no ${action} (a PaceStore's operator methods are optional)`)
     return method as NonNullable<PaceStore[A]>
@@ -181,6 +247,18 @@ export class PaceRegistry {
     }
     return known
   }
+}
+
+/** A bucket of this replica's memory, as an operator's method tells it. */
+function memoryInspection ({ remaining, retryAfterMs, fullInMs, blockedMs }: BucketState): PaceInspection {
+  return { remaining, retryAfterMs, fullInMs, blockedUntil: blockedMs > 0 ? new Date(Date.now() + blockedMs) : null }
+}
+
+/** A row of a shared store, as an operator's method tells it: against the rate of the key's lane. */
+function storedInspection (stored: StoredBucket, lane: Lane): PaceInspection {
+  if (stored.blockedUntil !== null) return { remaining: 0, retryAfterMs: stored.blockedMs, fullInMs: stored.blockedMs, blockedUntil: stored.blockedUntil }
+  const { remaining, retryAfterMs, fullInMs } = bucketState(stored.spentMs, lane.limit, lane.window * 1000)
+  return { remaining, retryAfterMs, fullInMs, blockedUntil: null }
 }
 
 /** A rate as an error states it: `perSecond 10`, or `limit 10 per window 600` for a window other than a second. */

@@ -58,6 +58,7 @@ export class RedisStore implements PaceStore {
   readonly retryMs: number
   readonly whenUnavailable: RedisUnavailable
   readonly #commands: PaceCommands
+  readonly #client: RedisClientLike
   /** @internal The timeout of every reservation waiting for Redis, with one timer. */
   readonly _deadlines: Deadlines
   /** Which masters are unavailable (one, for a client with one server), and when to try them again. */
@@ -81,6 +82,7 @@ export class RedisStore implements PaceStore {
       throw new TypeError(`exchangepace: RedisStore whenUnavailable must be 'fallback', 'open' or 'closed', got ${String(whenUnavailable)}`)
     }
     this.#commands = defineCommands(client)
+    this.#client = client
     this.prefix = prefix
     this.timeoutMs = timeoutMs
     this._deadlines = new Deadlines(timeoutMs)
@@ -99,15 +101,27 @@ export class RedisStore implements PaceStore {
   }
 
   async inspect (name: string, key: string): Promise<StoredBucket> {
-    const reply = await this.#commands.exchangepaceInspectBuffer(this.#key(name, key))
-    const [spentMs, ending, nowMs, limit, windowMs] = [0, 8, 16, 24, 32].map(at => reply.readDoubleLE(at))
-    const blockedMs = Math.max(0, ending - nowMs)
-    return {
-      spentMs,
-      blockedMs,
-      blockedUntil: blockedMs > 0 ? new Date(ending) : null,
-      limit: limit === 0 ? null : limit,
-      windowMs: windowMs === 0 ? null : windowMs
+    return storedBucket(await this.#commands.exchangepaceInspectBuffer(this.#key(name, key)))
+  }
+
+  /**
+   * SCANs every master (the one server of a plain client) for the keys of the pace `name` that
+   * start with `keyPrefix`, a page of up to 1000 at a time, and inspects each page's keys at once
+   * before it asks for the next: the work is spread in pages, never one long command.
+   */
+  async scan (name: string, keyPrefix: string, visit: (key: string, bucket: StoredBucket) => void): Promise<void> {
+    const base = this.#key(name, '')
+    const match = `${globEscaped(base + keyPrefix)}*`
+    const client = this.#client as unknown as ScanningClient
+    const servers = client.isCluster === true ? client.nodes('master') : [client]
+    for (const server of servers) {
+      let cursor = '0'
+      do {
+        const [next, keys] = await server.scan(cursor, 'MATCH', match, 'COUNT', 1000)
+        cursor = next
+        const buckets = await Promise.all(keys.map(redisKey => this.#commands.exchangepaceInspectBuffer(redisKey)))
+        keys.forEach((redisKey, i) => { visit(redisKey.slice(base.length), storedBucket(buckets[i])) })
+      } while (cursor !== '0')
     }
   }
 
@@ -199,4 +213,29 @@ export class RedisStore implements PaceStore {
     }
     this.#outages.answered(redisKey, sentIn)
   }
+}
+
+/** A client as `scan` reads it: a server's SCAN, and a Cluster's masters. */
+interface ScanningClient {
+  readonly isCluster?: boolean
+  nodes: (role: 'master') => ScanningClient[]
+  scan: (cursor: string, ...options: Array<string | number>) => Promise<[string, string[]]>
+}
+
+/** The inspect script's reply, read. */
+function storedBucket (reply: Buffer): StoredBucket {
+  const [spentMs, ending, nowMs, limit, windowMs] = [0, 8, 16, 24, 32].map(at => reply.readDoubleLE(at))
+  const blockedMs = Math.max(0, ending - nowMs)
+  return {
+    spentMs,
+    blockedMs,
+    blockedUntil: blockedMs > 0 ? new Date(ending) : null,
+    limit: limit === 0 ? null : limit,
+    windowMs: windowMs === 0 ? null : windowMs
+  }
+}
+
+/** `text` as a SCAN pattern that matches it alone: the glob's special characters escaped. */
+function globEscaped (text: string): string {
+  return text.replace(/[*?[\]\\]/g, '\\$&')
 }

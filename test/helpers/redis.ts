@@ -97,6 +97,10 @@ export class ClockedClient {
     return this.#client.clockedExchangepaceInspectBuffer(key, this.micros())
   }
 
+  scan (cursor: string, ...options: Array<string | number>): Promise<[string, string[]]> {
+    return this.#client.scan(cursor, ...options as ['MATCH', string, 'COUNT', number])
+  }
+
   exchangepaceReset (key: string): Promise<number> {
     return this.#client.clockedExchangepaceReset(key)
   }
