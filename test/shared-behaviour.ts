@@ -100,11 +100,16 @@ function count (statuses: readonly number[], status: number): number {
  * runner whose every request crosses more than one connection, as on a cluster, names fewer).
  */
 export function sharedBehaviour (t: TapTest, paceOptions: () => Record<string, unknown>, rows: RowCount = memoryRows, randomIds = 5000): void {
-  t.test('a concurrent burst of 100 against a rate of 3 with an async handler admits exactly 3', async t => {
-    const app = await build(t, paceOptions(), tokenRoute(3))
+  t.test('a concurrent burst of 100 against a rate of 3 with an async handler admits 3, and no more than refilled while it ran', async t => {
+    const options = paceOptions()
+    const app = await build(t, options, tokenRoute(3))
+    const started = performance.now()
     const statuses = await Promise.all(Array.from({ length: 100 }, () => postToken(app, 'victim', 'right-secret')))
-    t.equal(count(statuses, 200), 3)
-    t.equal(count(statuses, 429), 97)
+    // A store on Redis's clock refills while a slow machine runs the burst; an injected clock does not.
+    const refilled = 'now' in options ? 0 : Math.floor((performance.now() - started) / 1000 * 3)
+    const granted = count(statuses, 200)
+    t.ok(granted >= 3 && granted <= 3 + refilled, `${granted} admitted: 3, plus at most the ${refilled} units refilled during the burst`)
+    t.equal(count(statuses, 429), 100 - granted, 'the rest refused')
   })
 
   t.test('a concurrent burst across two keys admits each key its own rate', async t => {

@@ -50,8 +50,8 @@ export function whoKey (pace: string, kind: PaceKeyName, who: unknown, making: K
     const id = checkKey(client, 'client', making.maxKeyLength)
     return kind === 'client' ? id : pairKey(id, operatorSource(source, making))
   } catch (err) {
-    if (!(err instanceof InvalidRequest)) throw err
-    throw new TypeError(`exchangepace: pace ${JSON.stringify(pace)}: ${err.message}`)
+    // Every check above throws an InvalidRequest: to the operator, a TypeError naming the pace.
+    throw new TypeError(`exchangepace: pace ${JSON.stringify(pace)}: ${(err as InvalidRequest).message}`, { cause: err })
   }
 }
 
