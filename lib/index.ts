@@ -21,4 +21,5 @@ export { secretKey } from './keys/secrets.js'
 export { RedisStore } from './redis/store.js'
 export type { RedisStoreOptions, RedisClientLike, RedisUnavailable } from './redis/store.js'
 export type { PaceStore, PaceBucket, SharedPace, PaceReservation, StoredBucket } from './store.js'
+export type { PaceCatalogEntry } from './redis/catalog.js'
 export default exchangePace

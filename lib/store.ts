@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Pace } from './bucket/pace.js'
+import type { PaceCatalogEntry } from './redis/catalog.js'
 
 /** What a reservation from any store offers: the decision, and the way to give the unit back. */
 export interface PaceReservation {
@@ -81,6 +82,8 @@ export interface PaceStore {
    * visited. A row may read full (its time has come).
    */
   scan? (name: string, keyPrefix: string, visit: (key: string, bucket: StoredBucket) => void): Promise<void>
+  /** Records the app's paces where a tool without the app reads them (the CLI): called when the app is ready. */
+  record? (paces: readonly PaceCatalogEntry[]): Promise<void>
   /** Makes the bucket full again, and lifts a block. */
   reset? (name: string, key: string): Promise<void>
   /** Grants the key nothing for `ms` milliseconds; the bucket is full when the block ends. Resolves to its end. */

@@ -58,3 +58,18 @@ t.test('a pace keyed by a device code is given by the hash the logs show, never 
   await app.pace.reset('/token', { key: secretKey('GmRhmhcxhwAzkoEqiMEg') })
   t.equal(await poll(), 200)
 })
+
+t.test('list gives a key once when a change of its rate left it a row at each rate, the one with least remaining', async t => {
+  const { build } = await import('./shared-behaviour.js')
+  const rates = new Map<string, number>()
+  const app = await build(t, { now: () => 0 }, app => {
+    app.post('/token', { config: { pace: { limit: 5, window: 60, key: 'client', spend: 'every', rateOf: id => rates.get(id) } } }, async () => 'ok')
+  })
+  const post = () => app.inject({ method: 'POST', url: '/token', payload: { client_id: 'c' } })
+  for (let i = 0; i < 4; i++) await post()
+  rates.set('c', 10)
+  await post()
+  t.match(await app.pace.list('/token'), [{ who: { client: 'c' }, remaining: 1 }])
+  rates.delete('c')
+  t.match(await app.pace.list('/token'), [{ who: { client: 'c' }, remaining: 1 }], 'whichever lane is asked first')
+})

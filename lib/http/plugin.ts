@@ -78,6 +78,17 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     next()
   })
 
+  if (store?.record !== undefined) {
+    const record = store.record.bind(store)
+    fastify.addHook('onReady', async function recordPaces () {
+      try {
+        await record(registry._catalog())
+      } catch (err) {
+        fastify.log.warn({ err }, 'exchangepace: the store did not record the catalog of paces; the CLI cannot check pace names against it until a replica starts while it answers')
+      }
+    })
+  }
+
   done()
 }
 

@@ -18,16 +18,8 @@ export class UsageError extends Error {
 /** What the CLI does to one key of one pace. */
 export type CliAction = 'inspect' | 'reset' | 'block'
 
-/** A command line read, with every part checked and the key made as a request's would be. */
-export interface CliCommand {
-  readonly action: CliAction
-  readonly pace: string
-  readonly keyKind: PaceKeyName
-  readonly who: PaceWho
-  /** The key in the pace's table, made by `whoKey` exactly as the plugin makes a request's. */
-  readonly key: string
-  /** How long a block lasts, in seconds; null for inspect and reset. */
-  readonly seconds: number | null
+/** Where the CLI connects, and how it prints: what every command has. */
+export interface CliConnection {
   readonly redis: string
   /** The CA certificate (PEM) the server's was signed with, read from `--tls-ca`; null for the system's CAs. */
   readonly tlsCa: Buffer | null
@@ -38,7 +30,34 @@ export interface CliCommand {
   readonly timeoutMs: number
 }
 
-const ACTIONS: readonly CliAction[] = ['inspect', 'reset', 'block']
+/** A command line read, with every part checked and the key made as a request's would be. */
+export interface CliKeyCommand extends CliConnection {
+  readonly action: CliAction
+  readonly pace: string
+  readonly keyKind: PaceKeyName
+  readonly who: PaceWho
+  /** The key in the pace's table, made by `whoKey` exactly as the plugin makes a request's. */
+  readonly key: string
+  /** How long a block lasts, in seconds; null for inspect and reset. */
+  readonly seconds: number | null
+}
+
+/** `list`: the keys a pace holds back, a client's pairs with `client`, at most `limit`. */
+export interface CliListCommand extends CliConnection {
+  readonly action: 'list'
+  readonly pace: string
+  readonly client: string | null
+  readonly limit: number
+}
+
+/** `paces`: the catalog the apps recorded. */
+export interface CliPacesCommand extends CliConnection {
+  readonly action: 'paces'
+}
+
+export type CliCommand = CliKeyCommand | CliListCommand | CliPacesCommand
+
+const ACTIONS: readonly string[] = ['paces', 'list', 'inspect', 'reset', 'block']
 
 const OPTIONS = {
   redis: { type: 'string' },
@@ -54,6 +73,7 @@ const OPTIONS = {
   seconds: { type: 'string' },
   timeout: { type: 'string' },
   json: { type: 'boolean' },
+  limit: { type: 'string' },
   help: { type: 'boolean', short: 'h' }
 } as const
 
@@ -75,20 +95,32 @@ export function parseCommandLine (argv: readonly string[], env: Readonly<Record<
   if (repeated?.kind === 'option') throw new UsageError(`--${repeated.name} is given twice; give it once`)
   const [action, ...extra] = positionals
   if (action === undefined) throw new UsageError(`give a command: ${ACTIONS.join(', ')}`)
-  if (!ACTIONS.includes(action as CliAction)) throw new UsageError(`unknown command ${JSON.stringify(action)}; the commands are ${ACTIONS.join(', ')}`)
+  if (!ACTIONS.includes(action)) throw new UsageError(`unknown command ${JSON.stringify(action)}; the commands are ${ACTIONS.join(', ')}`)
   if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}; options start with --`)
+  const connection: CliConnection = connectionOf(values, env)
+  if (action === 'paces') {
+    const extraOption = (['pace', 'client', 'source', 'key', 'seconds', 'limit'] as const).find(option => values[option] !== undefined)
+    if (extraOption !== undefined) throw new UsageError(`paces lists every pace; it takes no --${extraOption}`)
+    return { action, ...connection }
+  }
   const pace = values.pace
-  if (pace === undefined || pace === '') throw new UsageError('give --pace NAME, the pace\'s name in the app (fastify.pace.names(); by default a route\'s URL, such as /token#client)')
+  if (pace === undefined || pace === '') throw new UsageError('give --pace NAME, the pace\'s name in the app (exchangepace paces lists them; by default a route\'s URL, such as /token#client)')
+  if (action === 'list') {
+    const extraOption = (['source', 'key', 'seconds'] as const).find(option => values[option] !== undefined)
+    if (extraOption !== undefined) throw new UsageError(`list takes --pace, and --client for a pair's pace; not --${extraOption}`)
+    const client = values.client === undefined ? null : keyOf(pace, values).who.client as string
+    return { action, pace, client, limit: integer('--limit', values.limit ?? '100', 1, 10_000), ...connection }
+  }
+  if (values.limit !== undefined) throw new UsageError(`--limit is for list only; ${action} takes none`)
   const seconds = blockSeconds(action as CliAction, values.seconds)
   const { keyKind, who, key } = keyOf(pace, values)
+  return { action: action as CliAction, pace, keyKind, who, key, seconds, ...connection }
+}
+
+/** Where to connect and how to print, checked. */
+function connectionOf (values: Values, env: Readonly<Record<string, string | undefined>>): CliConnection {
   const redis = redisUrl(values.redis ?? env.REDIS_URL)
   return {
-    action: action as CliAction,
-    pace,
-    keyKind,
-    who,
-    key,
-    seconds,
     redis,
     tlsCa: tlsCa(values['tls-ca'], redis),
     cluster: values.cluster === true,

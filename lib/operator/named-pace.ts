@@ -4,6 +4,7 @@ import { PaceCounts, type PaceKeyName } from '../http/observer.js'
 import { ignoreRejection, isThenable } from '../http/request-keys.js'
 import { MAX_QUOTA } from '../http/route-config.js'
 import type { PaceStore, SharedPace } from '../store.js'
+import type { PaceSpend } from '../http/ticket.js'
 import type { FastifyBaseLogger } from 'fastify'
 
 /**
@@ -61,6 +62,9 @@ export class NamedPace {
   /** The early warnings of every lane (the share spent is the same whatever the key's rate), or null without `warnAt`. */
   readonly nearLimit: NearLimit | null
   readonly declared: Lane
+  /** The routes that declare it, and how they spend it: what the catalog records. */
+  readonly routes: string[] = []
+  readonly spends = new Set<PaceSpend>()
   readonly #making: PaceMaking
   readonly #lanes: Lane[] = []
   readonly #byRate = new Map<number, Lane>()

@@ -4,6 +4,7 @@ import { bucketState, type BucketState } from '../bucket/state.js'
 import { keyName, PaceCounts, type Observer } from '../http/observer.js'
 import type { PaceRule } from '../http/route-config.js'
 import type { PaceReservation, PaceStore, StoredBucket } from '../store.js'
+import type { PaceCatalogEntry } from '../redis/catalog.js'
 import { NamedPace, type Lane } from './named-pace.js'
 import { clientPairs, whoKey, whoOf, type KeyMaking, type PaceWho } from './who.js'
 
@@ -106,7 +107,7 @@ export class PaceRegistry {
    * on a pair pace, that client's pairs only. Looking changes nothing.
    */
   async list (name: string, options: PaceListOptions = {}): Promise<PaceListEntry[]> {
-    const { limit = 100, client } = options ?? {}
+    const { limit = 100, client } = options
     const pace = this.#named(name)
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST) throw new TypeError(`exchangepace: list's limit must be an integer from 1 to ${MAX_LIST}, got ${String(limit)}`)
     let prefix = ''
@@ -231,7 +232,7 @@ export class PaceRegistry {
         throw new TypeError(`exchangepace: route ${route}: ${reason}`, { cause: err })
       }
       this.#paces.set(rule.name, made)
-      return made
+      return declaredBy(made, rule, route)
     }
     if (known.declared.limit !== rule.limit || known.declared.window !== rule.window) {
       throw new TypeError(`exchangepace: route ${route}: ${pace} is declared with ${rateText(known.declared)} elsewhere, got ${rateText(rule)}`)
@@ -245,8 +246,29 @@ export class PaceRegistry {
     if (known.shadow !== rule.shadow || known.warnAt !== rule.warnAt) {
       throw new TypeError(`exchangepace: route ${route}: ${pace} is declared with shadow ${String(known.shadow)} and warnAt ${String(known.warnAt)} elsewhere, got shadow ${String(rule.shadow)} and warnAt ${String(rule.warnAt)}`)
     }
-    return known
+    return declaredBy(known, rule, route)
   }
+
+  /** @internal Every pace as the store's catalog records it. */
+  _catalog (): PaceCatalogEntry[] {
+    return [...this.#paces.values()].map(pace => ({
+      name: pace.name,
+      keyKind: pace.keyKind,
+      limit: pace.declared.limit,
+      window: pace.declared.window,
+      spend: [...pace.spends],
+      routes: [...pace.routes],
+      shadow: pace.shadow,
+      warnAt: pace.warnAt
+    }))
+  }
+}
+
+/** `pace`, with `route`, which declares it by `rule`, among its routes. */
+function declaredBy (pace: NamedPace, rule: PaceRule, route: string): NamedPace {
+  if (!pace.routes.includes(route)) pace.routes.push(route)
+  pace.spends.add(rule.spend)
+  return pace
 }
 
 /** A bucket of this replica's memory, as an operator's method tells it. */

@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { BlockNews } from './block-news.js'
+import { readCatalog, writeCatalog, type CatalogClient, type PaceCatalogEntry } from './catalog.js'
 import { Deadlines } from './deadlines.js'
 import type { Pace } from '../bucket/pace.js'
 import { Outages, type SlotMap } from './outages.js'
@@ -123,6 +124,16 @@ export class RedisStore implements PaceStore {
         keys.forEach((redisKey, i) => { visit(redisKey.slice(base.length), storedBucket(buckets[i])) })
       } while (cursor !== '0')
     }
+  }
+
+  /** Writes the app's paces to the catalog (`prefix + 'catalog'`), which the CLI checks its commands against. */
+  async record (paces: readonly PaceCatalogEntry[]): Promise<void> {
+    await writeCatalog(this.#client as unknown as CatalogClient, this.prefix, paces)
+  }
+
+  /** The paces the apps on this store recorded, by name (empty when none did). */
+  async catalog (): Promise<PaceCatalogEntry[]> {
+    return await readCatalog(this.#client as unknown as CatalogClient, this.prefix)
   }
 
   /** Also lifts the block in this replica's memory, and announces the reset to every replica (see `BlockNews`). */
