@@ -287,7 +287,8 @@ const OPERATED = {
     client: { type: 'string' },
     source: { type: 'string' },
     key: { type: 'string' },
-    seconds: { type: 'number' }
+    seconds: { type: 'number' },
+    by: { type: 'string', minLength: 1, maxLength: 200 }
   }
 }
 
@@ -301,6 +302,8 @@ function inspected (pace, { remaining, retryAfterMs, fullInMs, blockedUntil }) {
  * act for every replica; without one, on this replica only.
  * - GET  /admin/paces          the pace names
  * - POST /admin/paces/inspect  { pace, client?, source?, key? }: what the key's bucket holds now
+ *   (reset and block take `by`, the operator's name, for the log line and the audit trail; default:
+ *   the request's address)
  * - POST /admin/paces/reset    the same: the bucket full again, a block lifted; answers the bucket after
  * - POST /admin/paces/block    the same and { seconds }: nothing granted to the key until then
  */
@@ -309,6 +312,8 @@ async function adminRoutes (app, { adminToken }) {
   const route = { config: { pace: ADMIN_PACES }, preHandler: adminGuard(adminToken) }
   const operated = { ...route, schema: { body: OPERATED } }
   const who = ({ client, source, key }) => ({ client, source, key })
+  // The operator, for the log line and the audit trail: the name the request gives, or its address.
+  const by = request => ({ by: request.body.by ?? `admin route from ${request.ip}` })
   app.get('/admin/paces', route, async () => ({ paces: app.pace.names() }))
   app.post('/admin/paces/inspect', operated, async request => {
     const { pace } = request.body
@@ -316,12 +321,17 @@ async function adminRoutes (app, { adminToken }) {
   })
   app.post('/admin/paces/reset', operated, async request => {
     const { pace } = request.body
-    await app.pace.reset(pace, who(request.body))
+    await app.pace.reset(pace, who(request.body), by(request))
+    const { client, source, key } = request.body
+    // A client alone on a failure budget's pace: every address of it was reset; what is left is a list.
+    if (client !== undefined && source === undefined && key === undefined && app.pace.names().includes(pace) && pace.includes('client+source')) {
+      return { pace, client, heldBack: await app.pace.list(pace, { client }) }
+    }
     return inspected(pace, await app.pace.inspect(pace, who(request.body)))
   })
   app.post('/admin/paces/block', operated, async request => {
     const { pace, seconds } = request.body
-    const until = await app.pace.block(pace, who(request.body), seconds)
+    const until = await app.pace.block(pace, who(request.body), seconds, by(request))
     return { pace, blockedUntil: until.toISOString() }
   })
 }

@@ -4,6 +4,8 @@ import { RedisStore } from '../lib/index.js'
 import { main } from '../lib/operator/cli.js'
 import { NO_ROW } from '../lib/operator/cli-report.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
+import { hostname, userInfo } from 'node:os'
+import { secretKey } from '../lib/index.js'
 
 /**
  * `exchangepace inspect|reset|block` against a real Redis, on the keys of examples/oauth2-server.js
@@ -50,6 +52,7 @@ if (redis !== null) {
     const value = async (key: string): Promise<unknown> => {
       const type = await redis.type(key)
       if (type === 'zset') return await redis.zrange(key, 0, -1, 'WITHSCORES')
+      if (type === 'stream') return await redis.xlen(key)
       return type === 'hash' ? await redis.hgetall(key) : (await redis.getBuffer(key))?.toString('hex')
     }
     const rows = await Promise.all(keys.map(async key => ({ key, value: await value(key), ttl: await redis.pttl(key) })))
@@ -127,7 +130,7 @@ if (redis !== null) {
     await token('a-wrong-secret')
     await cli('block', '--pace', '/token#client', '--client', 'webapp', '--seconds', '600')
     const before = await snapshot()
-    t.same(before.map(([key]) => key), [`${prefix}/token#client+source%3Arejected:reporting-service\u001f127.0.0.1`, `${prefix}/token#client:webapp`, `${prefix}blocks`, `${prefix}catalog`], 'a failure budget\'s row, a block, the index of blocks to keep and the catalog')
+    t.same(before.map(([key]) => key), [`${prefix}/token#client+source%3Arejected:reporting-service\u001f127.0.0.1`, `${prefix}/token#client:webapp`, `${prefix}audit`, `${prefix}blocks`, `${prefix}catalog`], 'a failure budget\'s row, a block, the audit trail, the index of blocks to keep and the catalog')
     const bad: string[][] = [
       ['unblock', ...pair],
       ['block', ...pair, '--seconds=-5'],
@@ -207,5 +210,33 @@ if (redis !== null) {
     await redis.del(`${prefix}catalog`)
     t.match(JSON.parse((await cli('list', '--pace', BUDGET, '--json')).stdout).keys, [{ who: { client: REPORTING.id, source: '192.0.2.14' } }])
     t.match(JSON.parse((await cli('list', '--pace', '/token#client', '--json')).stdout).keys[0], { who: { key: 'webapp' }, bucket: { state: 'blocked' } })
+  })
+
+  t.test('every reset and block, by the app or the CLI, is in the audit trail; audit prints the latest', async t => {
+    await app.pace.block('/token#client', { client: 'webapp' }, 30, { by: 'alice@ops' })
+    await cli('reset', '--pace', '/token#client', '--client', 'webapp', '--by', 'bob')
+    await cli('block', '--pace', '/token#source', '--source', '192.0.2.77', '--seconds', '60')
+    const json = JSON.parse((await cli('audit', '--limit', '3', '--json')).stdout)
+    const hash = `sha256:${secretKey('webapp')}`
+    t.match(json.entries, [
+      { action: 'block', pace: '/token#source', keyKind: 'source', key: '192.0.2.77', by: userInfo().username, host: hostname(), blockedMs: 60000 },
+      { action: 'reset', pace: '/token#client', keyKind: 'client', key: hash, by: 'bob', host: hostname() },
+      { action: 'block', pace: '/token#client', keyKind: 'client', key: hash, by: 'alice@ops', host: hostname(), blockedMs: 30000 }
+    ])
+    t.ok(json.entries.every((entry: { time: string }) => !Number.isNaN(Date.parse(entry.time))), 'each with its time')
+    t.notOk(JSON.stringify(json).includes('"webapp'), 'a client id only as its hash')
+    const text = await cli('audit', '--limit', '1')
+    t.match(text.stdout, new RegExp(`^The latest 1 action of the audit trail under ${prefix}, newest first:\\n {2}\\S+Z {2}block /token#source \\(source\\) 192\\.0\\.2\\.77 for 1 min, by \\S+ on \\S+\\n$`))
+    t.equal((await cli('audit', '--prefix', `${prefix}nothing:`)).stdout, `The audit trail under ${prefix}nothing: is empty: no reset or block has been recorded.\n`)
+    t.match((await cli('audit')).stdout, /^The latest \d+ actions of the audit trail/)
+  })
+
+  t.test('the audit trail is a capped stream: XADD with MAXLEN keeps about the latest 10000', async t => {
+    const store = new RedisStore({ client: redis, prefix: `${prefix}capped:` })
+    const entry = { time: new Date().toISOString(), action: 'reset' as const, pace: 'p', keyKind: 'source', key: '192.0.2.1', by: 'test', host: 'h' }
+    for (let i = 0; i < 10_300; i += 300) await Promise.all(Array.from({ length: 300 }, () => store.audit(entry)))
+    const length = await redis.xlen(`${prefix}capped:audit`)
+    t.ok(length >= 10_000 && length < 10_300, `trimmed to about 10000 (${length})`)
+    t.equal((await store.auditTrail(5)).length, 5)
   })
 }

@@ -31,13 +31,13 @@ t.test('--help and -h print the usage and exit 0', async t => {
   for (const flag of ['--help', '-h']) {
     t.same(await cli([flag]), { stdout: USAGE, stderr: '', code: 0 }, flag)
   }
-  t.match(USAGE, /paces\|list\|inspect\|reset\|block --redis URL \[--pace NAME\]/)
+  t.match(USAGE, /paces\|list\|inspect\|reset\|block\|audit --redis URL \[--pace NAME\]/)
 })
 
 t.test('a command line it cannot run is a clear error, exit 2, and nothing is sent', async t => {
   const cases: Array<[string, string[], Record<string, string>, RegExp]> = [
-    ['no command', [...GOOD, '--client', 'c'], {}, /give a command: paces, list, inspect, reset, block/],
-    ['an unknown command', ['unblock', ...GOOD, '--client', 'c'], {}, /unknown command "unblock"; the commands are paces, list, inspect, reset, block/],
+    ['no command', [...GOOD, '--client', 'c'], {}, /give a command: paces, list, inspect, reset, block, audit/],
+    ['an unknown command', ['unblock', ...GOOD, '--client', 'c'], {}, /unknown command "unblock"; the commands are paces, list, inspect, reset, block, audit/],
     ['an argument after the command', ['reset', 'c', ...GOOD, '--client', 'c'], {}, /unexpected argument "c"; options start with --/],
     ['an unknown option', ['reset', ...GOOD, '--client', 'c', '--force'], {}, /Unknown option '--force'/],
     ['an option without its value', ['reset', ...GOOD, '--client'], {}, /Option '--client <value>' argument missing/],
@@ -70,6 +70,10 @@ t.test('a command line it cannot run is a clear error, exit 2, and nothing is se
     ['a timeout of 0', ['reset', ...GOOD, '--client', 'c', '--timeout', '0'], {}, /--timeout must be a number > 0 and <= 600/],
     ['a CA for a URL without TLS', ['reset', ...GOOD, '--client', 'c', '--tls-ca', 'ca.pem'], {}, /--tls-ca is for a rediss:\/\/ URL \(TLS\); got redis:\/\//],
     ['paces with a pace', ['paces', ...GOOD], {}, /paces lists every pace; it takes no --pace/],
+    ['audit with a pace', ['audit', ...GOOD], {}, /audit prints the latest actions; it takes no --pace/],
+    ['paces with a limit', ['paces', '--redis', 'redis://127.0.0.1:1', '--limit', '3'], {}, /paces lists every pace; it takes no --limit/],
+    ['an audit limit of 0', ['audit', '--redis', 'redis://127.0.0.1:1', '--limit', '0'], {}, /--limit must be a whole number from 1 to 10000/],
+    ['an empty --by', ['reset', ...GOOD, '--client', 'c', '--by', ''], {}, /--by must name the operator in 1 to 200 printable characters, got ""/],
     ['list without a pace', ['list', '--redis', 'redis://127.0.0.1:1'], {}, /give --pace NAME/],
     ['list with a source', ['list', ...GOOD, '--source', '192.0.2.1'], {}, /list takes --pace, and --client for a pair's pace; not --source/],
     ['list with a bad client', ['list', ...GOOD, '--client', 'a\u0007b'], {}, /client contains non-printable characters/],
@@ -131,7 +135,7 @@ t.test('a Redis that does not answer: exit 1 once --timeout has passed, and no c
  * window in ms), for the CLI's output on a machine without Redis; test/cli-redis.test.ts runs the
  * same commands on a real server.
  */
-function scriptedIoredis (rows: Map<string, number[]>, calls: string[]) {
+function scriptedIoredis (rows: Map<string, number[]>, calls: string[], failAudit = false) {
   class Scripted {
     constructor (readonly target: unknown) {}
     defineCommand (): void {}
@@ -139,6 +143,11 @@ function scriptedIoredis (rows: Map<string, number[]>, calls: string[]) {
     disconnect (): void { calls.push('disconnect') }
     on (): void {}
     async hgetall (): Promise<Record<string, string>> { return {} }
+    async xadd (): Promise<string> {
+      if (failAudit) throw new Error('NOPERM this user has no permissions to run the \'xadd\' command')
+      return '1-0'
+    }
+
     async exchangepaceInspectBuffer (key: string): Promise<Buffer> {
       calls.push(`inspect ${key}`)
       const bytes = Buffer.alloc(40)
@@ -235,4 +244,12 @@ t.test('bin.ts runs the CLI with the process\'s arguments, and sets the exit cod
   }
   t.same(await run(['--help']), { stdout: USAGE, stderr: '', code: 0 })
   t.match(await run(['unblock']), { stdout: '', stderr: /unknown command "unblock"/, code: 2 })
+})
+
+t.test('an action the audit trail cannot record is done, and says so on stderr', async t => {
+  const calls: string[] = []
+  const out = await cli(['block', '--redis', 'redis://10.0.0.5:6379', '--pace', '/token#source', '--source', '198.51.100.23', '--seconds', '60'], {}, scriptedIoredis(new Map(), calls, true))
+  t.equal(out.code, 0)
+  t.match(out.stdout, /^blocked \/token#source/)
+  t.match(out.stderr, /exchangepace: done, but the audit trail did not record it \(NOPERM this user has no permissions to run the 'xadd' command\)\.\n$/)
 })

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { PaceEvent, PaceRouteOptions } from '../lib/index.js'
+import { hostname } from 'node:os'
+import { secretKey, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 
 /**
@@ -169,13 +170,15 @@ export function operatorBehaviour (t: TapTest, setup: OperatorSetup): void {
       const log: Array<Record<string, unknown>> = []
       const events: Array<[PaceEvent, unknown]> = []
       const app = await tokenReplica(t, { ...setup.options(`${t.name} ${String(logClientIds)}`), logClientIds, onEvent: (event: PaceEvent, request: unknown) => { events.push([event, request]) } }, log)
-      await app.pace.reset(FAILURES_NAME, { client: 'victim', source: HOME })
+      await app.pace.reset(FAILURES_NAME, { client: 'victim', source: HOME }, { by: 'alice@ops' })
       await app.pace.block(EXCHANGES_NAME, { client: 'victim' }, 90)
-      const lines = log.filter(line => line.action !== undefined).map(({ level, pace, keyKind, key, action, blockedMs, msg }) => ({ level, pace, keyKind, key, action, blockedMs, msg }))
+      const lines = log.filter(line => line.action !== undefined).map(({ level, pace, keyKind, key, source, action, blockedMs, by, host, msg }) => ({ level, pace, keyKind, key, source, action, blockedMs, by, host, msg }))
+      const victim = logClientIds ? 'victim' : `sha256:${secretKey('victim')}`
       t.same(lines, [
-        { level: 30, pace: FAILURES_NAME, keyKind: 'client+source', key: logClientIds ? `victim @ ${HOME}` : undefined, action: 'reset', blockedMs: undefined, msg: 'exchangepace: operator reset a key' },
-        { level: 30, pace: EXCHANGES_NAME, keyKind: 'client', key: logClientIds ? 'victim' : undefined, action: 'blocked', blockedMs: 90_000, msg: 'exchangepace: operator blocked a key' }
-      ])
+        { level: 30, pace: FAILURES_NAME, keyKind: 'client+source', key: `${victim} @ ${HOME}`, source: HOME, action: 'reset', blockedMs: undefined, by: 'alice@ops', host: hostname(), msg: 'exchangepace: operator reset a key' },
+        { level: 30, pace: EXCHANGES_NAME, keyKind: 'client', key: victim, source: undefined, action: 'blocked', blockedMs: 90_000, by: 'fastify.pace', host: hostname(), msg: 'exchangepace: operator blocked a key' }
+      ], 'the key and the operator named; a client id only as its hash without logClientIds')
+      if (!logClientIds) t.notOk(JSON.stringify(log).includes('"victim'), 'no client id in the log')
       t.same(events, [
         [{ type: 'reset', name: FAILURES_NAME, keyKind: 'client+source', key: `victim\u001f${HOME}`, outcome: null, retryAfterMs: 0 }, null],
         [{ type: 'blocked', name: EXCHANGES_NAME, keyKind: 'client', key: 'victim', outcome: null, retryAfterMs: 90_000 }, null]
@@ -223,5 +226,14 @@ export function operatorBehaviour (t: TapTest, setup: OperatorSetup): void {
     await t.rejects(a.pace.list(EXCHANGES_NAME, { client: 'victim' }), /pace "\/token#client" is keyed by client: list takes \{ client \} on a pace keyed by client\+source only/)
     await t.rejects(a.pace.list(FAILURES_NAME, { client: 'vic\u0001tim' }), TypeError)
     await t.rejects(a.pace.reset(FAILURES_NAME, { client: 'vic\u0001tim' }), TypeError)
+  })
+
+  t.test('by must name the operator: a TypeError otherwise, and nothing done', async t => {
+    const { a } = await replicas(t)
+    for (const by of ['', 'x'.repeat(201), 'a\u0000b', 7]) {
+      await t.rejects(a.pace.block(EXCHANGES_NAME, { client: 'victim' }, 60, { by: by as string }), /by must be a string of 1 to 200 printable characters/)
+      await t.rejects(a.pace.reset(EXCHANGES_NAME, { client: 'victim' }, { by: by as string }), TypeError)
+    }
+    t.same(await a.pace.inspect(EXCHANGES_NAME, { client: 'victim' }), { remaining: 5, retryAfterMs: 0, fullInMs: 0, blockedUntil: null })
   })
 }

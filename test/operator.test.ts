@@ -73,3 +73,23 @@ t.test('list gives a key once when a change of its rate left it a row at each ra
   rates.delete('c')
   t.match(await app.pace.list('/token'), [{ who: { client: 'c' }, remaining: 1 }], 'whichever lane is asked first')
 })
+
+t.test('an action the store\'s audit trail cannot record is taken all the same, with a warning', async t => {
+  const resets: string[] = []
+  const store: PaceStore = {
+    scope: 'shared by a store of the test\'s',
+    outage: 'nothing changes',
+    pace: () => ({ reserve: async () => ({ granted: true, remaining: 7, retryAfterMs: 0, refund () {} }) }),
+    reset: async (_name, key) => { resets.push(key) },
+    audit: async () => { throw new Error('NOPERM xadd') }
+  }
+  const lines: Array<Record<string, any>> = []
+  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store })
+  app.get('/authorize', { config: { pace: { perSecond: 9, key: 'source', spend: 'every' } } }, async () => 'ok')
+  await app.ready()
+  await app.pace.reset('/authorize', { source: '192.0.2.1' }, { by: 'alice' })
+  t.same(resets, ['192.0.2.1'])
+  t.match(lines, [{ level: 40, pace: '/authorize', action: 'reset', err: { message: 'NOPERM xadd' }, msg: 'exchangepace: the operator\'s action was taken, but the store\'s audit trail did not record it' }])
+})

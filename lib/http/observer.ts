@@ -1,6 +1,8 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import type { PaceKeyKind } from './route-config.js'
 import type { PaceOutcome } from './ticket.js'
+import { auditedKey } from '../keys/audited.js'
+import type { AuditEntry } from '../store.js'
 
 /**
  * What the plugin tells an operator about its decisions: counts per pace, log lines through the
@@ -144,10 +146,19 @@ export class Observer {
     this.#emit(request, pace, 'invalid', undefined, null, 0)
   }
 
-  /** An operator reset or blocked `key` (for `ms`), through `fastify.pace`: logged at info, and told to `onEvent` without a request. */
-  operated (pace: Observed, key: string, action: 'reset' | 'blocked', ms: number): void {
-    this.#log.info({ pace: pace.name, keyKind: pace.keyKind, key: this.#shown(pace, key), source: sourceOf(pace, key), action, blockedMs: action === 'blocked' ? ms : undefined }, `exchangepace: operator ${action === 'reset' ? 'reset' : 'blocked'} a key`)
+  /**
+   * An operator reset or blocked `key` (for `ms`), through `fastify.pace`, as `entry` records it
+   * for the audit trail: logged at info with the entry's fields, and told to `onEvent` without a
+   * request.
+   */
+  operated (pace: Observed, key: string, action: 'reset' | 'blocked', ms: number, entry: AuditEntry): void {
+    this.#log.info({ pace: pace.name, keyKind: pace.keyKind, key: entry.key, source: sourceOf(pace, key), action, blockedMs: action === 'blocked' ? ms : undefined, by: entry.by, host: entry.host }, `exchangepace: operator ${action === 'reset' ? 'reset' : 'blocked'} a key`)
     this.#emit(null, pace, action, key, null, ms)
+  }
+
+  /** The key as the audit trail records it (see `auditedKey`), under this instance's `logClientIds`. */
+  audited (pace: Observed, key: string): string {
+    return auditedKey(pace.keyKind, key, this.#logClientIds)
   }
 
   /**

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs'
+import { userInfo } from 'node:os'
 import { parseArgs } from 'node:util'
 import type { PaceKeyName } from '../http/observer.js'
 import { whoKey, type PaceWho } from './who.js'
@@ -28,6 +29,8 @@ export interface CliConnection {
   readonly json: boolean
   /** The longest wait for Redis, to connect and for each command, in ms. */
   readonly timeoutMs: number
+  /** Who acts, for the audit trail: `--by`, default the OS user. */
+  readonly by: string
 }
 
 /** A command line read, with every part checked and the key made as a request's would be. */
@@ -50,14 +53,20 @@ export interface CliListCommand extends CliConnection {
   readonly limit: number
 }
 
+/** `audit`: the latest `limit` entries of the audit trail. */
+export interface CliAuditCommand extends CliConnection {
+  readonly action: 'audit'
+  readonly limit: number
+}
+
 /** `paces`: the catalog the apps recorded. */
 export interface CliPacesCommand extends CliConnection {
   readonly action: 'paces'
 }
 
-export type CliCommand = CliKeyCommand | CliListCommand | CliPacesCommand
+export type CliCommand = CliKeyCommand | CliListCommand | CliPacesCommand | CliAuditCommand
 
-const ACTIONS: readonly string[] = ['paces', 'list', 'inspect', 'reset', 'block']
+const ACTIONS: readonly string[] = ['paces', 'list', 'inspect', 'reset', 'block', 'audit']
 
 const OPTIONS = {
   redis: { type: 'string' },
@@ -74,6 +83,7 @@ const OPTIONS = {
   timeout: { type: 'string' },
   json: { type: 'boolean' },
   limit: { type: 'string' },
+  by: { type: 'string' },
   help: { type: 'boolean', short: 'h' }
 } as const
 
@@ -98,10 +108,11 @@ export function parseCommandLine (argv: readonly string[], env: Readonly<Record<
   if (!ACTIONS.includes(action)) throw new UsageError(`unknown command ${JSON.stringify(action)}; the commands are ${ACTIONS.join(', ')}`)
   if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}; options start with --`)
   const connection: CliConnection = connectionOf(values, env)
-  if (action === 'paces') {
-    const extraOption = (['pace', 'client', 'source', 'key', 'seconds', 'limit'] as const).find(option => values[option] !== undefined)
-    if (extraOption !== undefined) throw new UsageError(`paces lists every pace; it takes no --${extraOption}`)
-    return { action, ...connection }
+  if (action === 'paces' || action === 'audit') {
+    const extraOption = (['pace', 'client', 'source', 'key', 'seconds', ...(action === 'paces' ? ['limit'] as const : [])] as const).find(option => values[option] !== undefined)
+    if (extraOption !== undefined) throw new UsageError(`${action} ${action === 'paces' ? 'lists every pace' : 'prints the latest actions'}; it takes no --${extraOption}`)
+    if (action === 'paces') return { action, ...connection }
+    return { action, limit: integer('--limit', values.limit ?? '20', 1, 10_000), ...connection }
   }
   const pace = values.pace
   if (pace === undefined || pace === '') throw new UsageError('give --pace NAME, the pace\'s name in the app (exchangepace paces lists them; by default a route\'s URL, such as /token#client)')
@@ -126,7 +137,24 @@ function connectionOf (values: Values, env: Readonly<Record<string, string | und
     cluster: values.cluster === true,
     prefix: values.prefix ?? 'exchangepace:',
     json: values.json === true,
-    timeoutMs: number('--timeout', values.timeout ?? '5', 0.001, 600) * 1000
+    timeoutMs: number('--timeout', values.timeout ?? '5', 0.001, 600) * 1000,
+    by: operator(values.by)
+  }
+}
+
+/** Who acts: `--by`, or the OS user; a name of 1 to 200 printable characters. */
+function operator (given: string | undefined): string {
+  const by = given ?? osUser()
+  if (!/^[\x20-\x7e\u00a0-\uffff]{1,200}$/.test(by)) throw new UsageError(`--by must name the operator in 1 to 200 printable characters, got ${JSON.stringify(by)}`)
+  return by
+}
+
+/** The OS user running the CLI, or 'unknown' where the system has none to tell (a container's uid without a name). */
+function osUser (): string {
+  try {
+    return userInfo().username
+  } catch {
+    return 'unknown'
   }
 }
 

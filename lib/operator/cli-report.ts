@@ -1,5 +1,5 @@
 import { bucketState } from '../bucket/state.js'
-import type { StoredBucket } from '../store.js'
+import type { AuditEntry, StoredBucket } from '../store.js'
 import type { CliKeyCommand } from './cli-args.js'
 import type { PaceCatalogEntry } from '../redis/catalog.js'
 import type { PaceWho } from './who.js'
@@ -93,6 +93,13 @@ export function pacesText (prefix: string, paces: readonly PaceCatalogEntry[]): 
     return `  ${pace.name}  keyed by ${pace.keyKind}, ${rate}, spend ${pace.spend.join('/')}${notes.length > 0 ? `, ${notes.join(', ')}` : ''} (${pace.routes.join(', ')})\n`
   })
   return `The paces the apps on ${prefix} recorded:\n${lines.join('')}`
+}
+
+/** The audit trail's latest entries, for a person: one line each, newest first. */
+export function auditText (prefix: string, entries: readonly AuditEntry[]): string {
+  if (entries.length === 0) return `The audit trail under ${prefix} is empty: no reset or block has been recorded.\n`
+  const lines = entries.map(entry => `  ${entry.time}  ${entry.action} ${entry.pace} (${entry.keyKind}) ${entry.key}${entry.blockedMs === undefined ? '' : ` for ${duration(entry.blockedMs)}`}, by ${entry.by} on ${entry.host}\n`)
+  return `The latest ${entries.length} action${entries.length === 1 ? '' : 's'} of the audit trail under ${prefix}, newest first:\n${lines.join('')}`
 }
 
 /** A bucket as JSON: the figures in ms, a block's end in ISO 8601, and what Redis cannot tell. */

@@ -3,8 +3,10 @@ import { keyName } from '../redis/scripts.js'
 import { pairKey } from '../keys/parse.js'
 import type { PaceCatalogEntry } from '../redis/catalog.js'
 import { parseCommandLine, UsageError, type CliCommand, type CliKeyCommand, type CliListCommand } from './cli-args.js'
-import { bucketJson, duration, inspectionText, listText, pacesText, rowReport, whoText, type ListedRow } from './cli-report.js'
+import { auditText, bucketJson, duration, inspectionText, listText, pacesText, rowReport, whoText, type ListedRow } from './cli-report.js'
 import { whoOf } from './who.js'
+import { hostname } from 'node:os'
+import { auditedKey } from '../keys/audited.js'
 import type { PaceKeyName } from '../http/observer.js'
 
 /**
@@ -23,7 +25,7 @@ export interface CliIo {
   readonly ioredis?: (() => Promise<unknown>) | undefined
 }
 
-export const USAGE = `Usage: exchangepace paces|list|inspect|reset|block --redis URL [--pace NAME] [key] [options]
+export const USAGE = `Usage: exchangepace paces|list|inspect|reset|block|audit --redis URL [--pace NAME] [key] [options]
 
 Acts on the paces an app shares through RedisStore, for every replica at once. The apps record
 their paces in Redis when they start (the catalog); a pace name, or key parts, the catalog does not
@@ -37,6 +39,10 @@ Commands:
   reset              makes the bucket full again and lifts a block (prints what it held); on a
                      pair's pace, --client alone resets every address of that client
   block              grants the key nothing for --seconds N; then its bucket is full
+  audit              the latest resets and blocks (--limit N, default 20), newest first: when,
+                     what, which key (a client id as its hash), by whom, from which host
+
+Every reset and block is appended to the audit trail in Redis, with --by.
 
 Options:
   --redis URL        redis:// or rediss:// URL of the store's Redis (default: $REDIS_URL)
@@ -51,7 +57,8 @@ Options:
   --ipv6-subnet N    the app's ipv6Subnet (default: 64)
   --max-key-length N the app's maxKeyLength (default: 255)
   --seconds N        how long a block lasts, up to a year
-  --limit N          the most keys list prints (default: 100)
+  --limit N          the most keys list prints (default: 100), or audit entries (default: 20)
+  --by NAME          who acts, for the audit trail (default: the OS user)
   --timeout S        the longest wait for Redis, in seconds (default: 5)
   --json             print JSON
   -h, --help         print this
@@ -92,13 +99,24 @@ export async function main (argv: readonly string[], io: CliIo): Promise<number>
     try {
       const store = new RedisStore({ client, prefix: command.prefix })
       const catalog = await store.catalog()
+      if (command.action === 'audit') {
+        const entries = await store.auditTrail(command.limit)
+        io.stdout.write(command.json ? jsonLine({ action: 'audit', prefix: command.prefix, entries }) : auditText(command.prefix, entries))
+        return 0
+      }
       if (command.action === 'paces') {
         io.stdout.write(command.json ? jsonLine({ action: 'paces', prefix: command.prefix, paces: catalog }) : catalog.length === 0 ? `${NO_CATALOG(command.prefix)}.\n` : pacesText(command.prefix, catalog))
         return 0
       }
       const entry = catalogued(command, catalog)
       if (catalog.length === 0) io.stderr.write(`exchangepace: ${NO_CATALOG(command.prefix)}: the pace name and the kind of key are not checked.\n`)
-      io.stdout.write(command.action === 'list' ? await list(command, store, entry) : await run(command, store, entry))
+      if (command.action === 'list') {
+        io.stdout.write(await list(command, store, entry))
+        return 0
+      }
+      const done = await run(command, store, entry)
+      io.stdout.write(done.text)
+      for (const failure of await audited(command, done.keys, store, entry)) io.stderr.write(`exchangepace: done, but the audit trail did not record it (${failure.message}).\n`)
     } finally {
       client.disconnect()
     }
@@ -199,37 +217,60 @@ async function list (command: CliListCommand, store: RedisStore, entry: PaceCata
   return listText(command.pace, shown, Date.now())
 }
 
-/** Does what `command` asks in `store` and returns what to print; `entry`: the catalog's of its pace, or null without a catalog. */
-async function run (command: CliKeyCommand, store: RedisStore, entry: PaceCatalogEntry | null): Promise<string> {
+/**
+ * Appends the reset or block `command` made to the audit trail: one entry per key acted on, the
+ * key as the app's log would show it without `logClientIds` (client ids as their hash). Resolves
+ * to the failures, which do not undo the action.
+ */
+async function audited (command: CliKeyCommand, actedOn: readonly string[], store: RedisStore, entry: PaceCatalogEntry | null): Promise<Error[]> {
+  const keyKind = entry?.keyKind ?? command.keyKind
+  const failures: Error[] = []
+  for (const key of actedOn) {
+    try {
+      await store.audit({ time: new Date().toISOString(), action: command.action === 'block' ? 'block' : 'reset', pace: command.pace, keyKind, key: auditedKey(keyKind, key, false), by: command.by, host: hostname(), blockedMs: command.seconds === null ? undefined : command.seconds * 1000 })
+    } catch (err) {
+      failures.push(err as Error)
+    }
+  }
+  return failures
+}
+
+/**
+ * Does what `command` asks in `store`: what to print, and the keys it reset or blocked (none for
+ * inspect; every pair of a client for a reset by client). `entry`: the catalog's of its pace, or
+ * null without a catalog.
+ */
+async function run (command: CliKeyCommand, store: RedisStore, entry: PaceCatalogEntry | null): Promise<{ text: string, keys: string[] }> {
   const { action, pace, keyKind, key, prefix, json } = command
   const known = entry !== null
   if (entry?.keyKind === 'client+source' && keyKind === 'client') return await resetClient(command, store)
   const redisKey = `${prefix}${keyName(pace)}:${key}`
   const head = { action, pace, keyKind, key, redisKey }
   const before = rowReport(await store.inspect(pace, key))
-  if (action === 'inspect') return json ? jsonLine({ ...head, bucket: bucketJson(before) }) : inspectionText(command, before, redisKey, Date.now(), known)
+  if (action === 'inspect') return { keys: [], text: json ? jsonLine({ ...head, bucket: bucketJson(before) }) : inspectionText(command, before, redisKey, Date.now(), known) }
   if (action === 'reset') {
     await store.reset(pace, key)
-    if (json) return jsonLine({ ...head, before: bucketJson(before) })
+    if (json) return { keys: [key], text: jsonLine({ ...head, before: bucketJson(before) }) }
     const held = before.state === 'full' ? 'it had no row (already full: nothing to lift; check --pace and the parts if one was expected)' : `it was ${before.state === 'blocked' ? 'blocked' : `spent (${String(before.remaining)} left)`}`
-    return `reset ${pace}, ${whoText(command)}: the bucket is full in Redis, and every replica follows at once (one that missed the news, at its next request for the key while Redis answers); ${held}.\n`
+    return { keys: [key], text: `reset ${pace}, ${whoText(command)}: the bucket is full in Redis, and every replica follows at once (one that missed the news, at its next request for the key while Redis answers); ${held}.\n` }
   }
   const seconds = command.seconds as number
   const until = await store.block(pace, key, seconds * 1000)
-  if (json) return jsonLine({ ...head, seconds, blockedUntil: until.toISOString() })
-  return `blocked ${pace}, ${whoText(command)} for ${duration(seconds * 1000)}, until ${until.toISOString()}: every replica refuses it until then, also while Redis does not answer (one started while Redis does not answer cannot know of it); then its bucket is full.\n` +
+  if (json) return { keys: [key], text: jsonLine({ ...head, seconds, blockedUntil: until.toISOString() }) }
+  const text = `blocked ${pace}, ${whoText(command)} for ${duration(seconds * 1000)}, until ${until.toISOString()}: every replica refuses it until then, also while Redis does not answer (one started while Redis does not answer cannot know of it); then its bucket is full.\n` +
     `  exchangepace reset with the same options lifts it.${known ? '' : ` No catalog was found, so whether an app declares a pace named ${JSON.stringify(pace)} is not known: check it against fastify.pace.names().`}\n`
+  return { keys: [key], text }
 }
 
 /** Resets every pair of `command`'s client in its pair pace: each address's budget. */
-async function resetClient (command: CliKeyCommand, store: RedisStore): Promise<string> {
+async function resetClient (command: CliKeyCommand, store: RedisStore): Promise<{ text: string, keys: string[] }> {
   const { pace, key: client, json } = command
   const keys: string[] = []
   await store.scan(pace, pairKey(client, ''), key => { keys.push(key) })
   for (const key of keys) await store.reset(pace, key)
   const sources = keys.map(key => whoOf('client+source', key).source as string)
-  if (json) return jsonLine({ action: 'reset', pace, keyKind: 'client+source', client, sources })
-  return `reset ${pace}, client ${client} from every address: ${sources.length === 0 ? 'no pair of it held a row (nothing to lift)' : `${sources.length} pair${sources.length === 1 ? '' : 's'} (${sources.join(', ')})`}; every replica follows at once.\n`
+  if (json) return { keys, text: jsonLine({ action: 'reset', pace, keyKind: 'client+source', client, sources }) }
+  return { keys, text: `reset ${pace}, client ${client} from every address: ${sources.length === 0 ? 'no pair of it held a row (nothing to lift)' : `${sources.length} pair${sources.length === 1 ? '' : 's'} (${sources.join(', ')})`}; every replica follows at once.\n` }
 }
 
 /** The kind of a key of a pace listed without a catalog: a pair has the separator; any other is given as `{ key }`. */

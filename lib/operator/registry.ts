@@ -3,8 +3,10 @@ import type { Pace, Clock } from '../bucket/pace.js'
 import { bucketState, type BucketState } from '../bucket/state.js'
 import { keyName, PaceCounts, type Observer } from '../http/observer.js'
 import type { PaceRule } from '../http/route-config.js'
-import type { PaceReservation, PaceStore, StoredBucket } from '../store.js'
+import type { AuditEntry, PaceReservation, PaceStore, StoredBucket } from '../store.js'
 import type { PaceCatalogEntry } from '../redis/catalog.js'
+import { hostname } from 'node:os'
+import { describe } from '../http/route-config.js'
 import { NamedPace, type Lane } from './named-pace.js'
 import { clientPairs, whoKey, whoOf, type KeyMaking, type PaceWho } from './who.js'
 
@@ -32,6 +34,18 @@ export interface PaceListOptions {
   limit?: number | undefined
   /** On a `['client', 'source']` pace: the pairs of this client only, every address of it. */
   client?: string | undefined
+}
+
+/** Who takes an operator's action, for its log line and the audit trail. */
+export interface PaceActionOptions {
+  /** The operator: a name, an email, a ticket. Default: `'fastify.pace'`. At most 200 printable characters. */
+  by?: string | undefined
+}
+
+/** The operator `options` name; a TypeError when it is no name. */
+function actor ({ by = 'fastify.pace' }: PaceActionOptions): string {
+  if (typeof by !== 'string' || !/^[\x20-\x7e\u00a0-\uffff]{1,200}$/.test(by)) throw new TypeError(`exchangepace: by must be a string of 1 to 200 printable characters, got ${describe(by)}`)
+  return by
 }
 
 /** The most keys `list` gives. */
@@ -132,17 +146,35 @@ export class PaceRegistry {
   }
 
   /**
-   * Makes `who`'s bucket in the pace `name` full again, lifting a block; logged, and told to
-   * `onEvent`. On a pair pace, `{ client }` alone resets every pair of that client (each logged).
+   * Makes `who`'s bucket in the pace `name` full again, lifting a block; logged with `options.by`,
+   * told to `onEvent`, and appended to the store's audit trail. On a pair pace, `{ client }` alone
+   * resets every pair of that client (each logged).
    */
-  async reset (name: string, who: PaceWho): Promise<void> {
+  async reset (name: string, who: PaceWho, options: PaceActionOptions = {}): Promise<void> {
     const named = this.#named(name)
+    const by = actor(options)
     const prefix = clientPairs(name, named.keyKind, who, this.#context)
     const keys = prefix === null ? [this.#target(name, who).key] : await this.#pairsOf(name, named, prefix)
     for (const key of keys) {
       if (this.#context.store !== undefined) await this.#operable('reset').call(this.#context.store, name, key)
       for (const lane of named.lanes) lane.pace.reset(key)
-      this.#context.observer.operated(named, key, 'reset', 0)
+      await this.#audit(named, key, 'reset', 0, by)
+    }
+  }
+
+  /**
+   * Logs an operator's action (and tells `onEvent`), and appends it to the store's audit trail
+   * when it keeps one. The action is taken already: a trail that cannot be written is a warning.
+   */
+  async #audit (pace: NamedPace, key: string, action: 'reset' | 'blocked', ms: number, by: string): Promise<void> {
+    const { observer, store, log } = this.#context
+    const entry: AuditEntry = { time: new Date().toISOString(), action: action === 'reset' ? 'reset' : 'block', pace: pace.name, keyKind: pace.keyKind, key: observer.audited(pace, key), by, host: hostname(), blockedMs: action === 'blocked' ? ms : undefined }
+    observer.operated(pace, key, action, ms, entry)
+    if (store?.audit === undefined) return
+    try {
+      await store.audit(entry)
+    } catch (err) {
+      log.warn({ err, pace: pace.name, action }, 'exchangepace: the operator\'s action was taken, but the store\'s audit trail did not record it')
     }
   }
 
@@ -160,10 +192,12 @@ export class PaceRegistry {
   /**
    * Grants `who` nothing from the pace `name` for `seconds` (a number > 0, at most a year); requests
    * are refused with a Retry-After that reaches the block's end, when the bucket is full again.
-   * `reset` lifts it. Resolves to the block's end; logged, and told to `onEvent`.
+   * `reset` lifts it. Resolves to the block's end; logged with `options.by`, told to `onEvent`,
+   * and appended to the store's audit trail.
    */
-  async block (name: string, who: PaceWho, seconds: number): Promise<Date> {
+  async block (name: string, who: PaceWho, seconds: number, options: PaceActionOptions = {}): Promise<Date> {
     const { pace, key } = this.#target(name, who)
+    const by = actor(options)
     if (typeof seconds !== 'number' || !(seconds > 0 && seconds <= MAX_BLOCK_SECONDS)) {
       throw new TypeError(`exchangepace: pace ${JSON.stringify(name)}: a block lasts a number of seconds > 0 and <= ${MAX_BLOCK_SECONDS} (a year), got ${String(seconds)}`)
     }
@@ -175,7 +209,7 @@ export class PaceRegistry {
     } else {
       until = await this.#operable('block').call(this.#context.store, name, key, ms)
     }
-    this.#context.observer.operated(pace, key, 'blocked', ms)
+    await this.#audit(pace, key, 'blocked', ms, by)
     return until
   }
 

@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
+import { appendAudit, readAudit, type AuditClient } from './audit.js'
 import { BlockNews } from './block-news.js'
 import { readCatalog, writeCatalog, type CatalogClient, type PaceCatalogEntry } from './catalog.js'
 import { Deadlines } from './deadlines.js'
@@ -6,7 +7,7 @@ import type { Pace } from '../bucket/pace.js'
 import { Outages, type SlotMap } from './outages.js'
 import { RedisPace } from './pace.js'
 import { defineCommands, keyName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
-import type { PaceBucket, PaceStore, SharedPace, StoredBucket } from '../store.js'
+import type { AuditEntry, PaceBucket, PaceStore, SharedPace, StoredBucket } from '../store.js'
 
 export type { RedisClientLike } from './scripts.js'
 
@@ -134,6 +135,16 @@ export class RedisStore implements PaceStore {
   /** The paces the apps on this store recorded, by name (empty when none did). */
   async catalog (): Promise<PaceCatalogEntry[]> {
     return await readCatalog(this.#client as unknown as CatalogClient, this.prefix)
+  }
+
+  /** Appends `entry` to the audit trail, the stream `prefix + 'audit'`, capped at about 10000 entries. */
+  async audit (entry: AuditEntry): Promise<void> {
+    await appendAudit(this.#client as unknown as AuditClient, this.prefix, entry)
+  }
+
+  /** The latest `count` entries of the audit trail, newest first. */
+  async auditTrail (count: number): Promise<AuditEntry[]> {
+    return await readAudit(this.#client as unknown as AuditClient, this.prefix, count)
   }
 
   /** Also lifts the block in this replica's memory, and announces the reset to every replica (see `BlockNews`). */
