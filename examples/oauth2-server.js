@@ -20,6 +20,7 @@ import formbody from '@fastify/formbody'
 import OAuth2Server from '@node-oauth/oauth2-server'
 import basicAuth from 'basic-auth'
 import exchangePace from 'exchangepace'
+import { fleetFromEnv } from './fleet.js'
 
 const { OAuthError, Request, Response } = OAuth2Server
 
@@ -34,7 +35,8 @@ const { OAuthError, Request, Response } = OAuth2Server
  */
 const TOKEN_ENDPOINT_PACES = [
   { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
-  { perSecond: 5, key: 'client', spend: 'accepted' },
+  // A client's own rate, from its registration (the registry below): at once, no lookup elsewhere.
+  { perSecond: 5, key: 'client', spend: 'accepted', rateOf: id => CLIENTS.get(id)?.rate },
   { perSecond: 50, key: 'source', spend: 'every' }
 ]
 
@@ -46,7 +48,8 @@ const AUTHORIZATION_ENDPOINT_PACES = [
 /**
  * The registered clients, all confidential. Their ids and secrets are made of letters, digits,
  * '-', '.', '_' and '~' (openid-client form-encodes some of these: see `decodedBasic`). A real
- * server keeps hashed secrets in a database.
+ * server keeps hashed secrets in a database. `rate`: the client's own exchanges per second (the
+ * token endpoint's `rateOf`), when it has one.
  */
 const CLIENTS = new Map([
   ['reporting-service', { id: 'reporting-service', secret: 'rep-s3cret_2026.v1~', grants: ['client_credentials'], scopes: ['reports:read'], redirectUris: [] }],
@@ -339,11 +342,12 @@ async function adminRoutes (app, { adminToken }) {
 /**
  * The server, not yet listening. `options.now` (a monotonic clock in milliseconds; tests pass
  * their own) and `options.store` (a RedisStore, to share the paces between replicas) are handed to
- * exchangepace, `options.logger` to Fastify; `options.adminToken` guards /admin.
+ * exchangepace, `options.logger` and `options.trustProxy` to Fastify; `options.adminToken` guards
+ * /admin. Run as a fleet, it reads REDIS_URL or REDIS_CLUSTER, and TRUST_PROXY (examples/fleet.js).
  */
 export function buildServer (options = {}) {
-  const { logger = false, now, store, adminToken = DEMO_ADMIN_TOKEN } = options
-  const app = Fastify({ logger })
+  const { logger = false, now, store, trustProxy, adminToken = DEMO_ADMIN_TOKEN } = options
+  const app = Fastify({ logger, trustProxy })
   app.register(formbody)
   app.register(exchangePace, { now, store })
   app.register(routes)
@@ -357,11 +361,14 @@ function isMain (url) {
 }
 
 if (isMain(import.meta.url)) {
-  const { PORT: port = '3000' } = process.env
-  const app = buildServer({ logger: true, adminToken: process.env.ADMIN_TOKEN })
-  await app.listen({ host: '127.0.0.1', port: Number(port) })
-  const base = `http://127.0.0.1:${app.server.address().port}`
-  console.log(`\n@node-oauth/oauth2-server paced by exchangepace on ${base}; try:\n
+  const { PORT: port = '3000', HOST: host = '127.0.0.1' } = process.env
+  const fleet = fleetFromEnv(process.env)
+  const app = buildServer({ logger: true, adminToken: process.env.ADMIN_TOKEN, store: fleet.store, trustProxy: fleet.trustProxy })
+  app.addHook('onClose', fleet.close)
+  for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => { app.close() })
+  await app.listen({ host, port: Number(port) })
+  const base = `http://${host}:${app.server.address().port}`
+  console.log(`\n@node-oauth/oauth2-server paced by exchangepace on ${base}${fleet.store === undefined ? '' : ', its paces in Redis'}; try:\n
 curl -i -u reporting-service:rep-s3cret_2026.v1~ -d grant_type=client_credentials ${base}/token
 curl -H "authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' \\
   -d '{"pace":"/token#client+source:rejected","client":"reporting-service","source":"127.0.0.1"}' ${base}/admin/paces/inspect
