@@ -368,7 +368,7 @@ if (isMain(import.meta.url)) {
   for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => { app.close() })
   await app.listen({ host, port: Number(port) })
   const base = `http://${host}:${app.server.address().port}`
-  console.log(`\n@node-oauth/oauth2-server paced by exchangepace on ${base}${fleet.store === undefined ? '' : ', its paces in Redis'}; try:\n
+  console.log(`\n@node-oauth/oauth2-server paced by exchangepace on ${base}; try:\n
 curl -i -u reporting-service:rep-s3cret_2026.v1~ -d grant_type=client_credentials ${base}/token
 curl -H "authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' \\
   -d '{"pace":"/token#client+source:rejected","client":"reporting-service","source":"127.0.0.1"}' ${base}/admin/paces/inspect
