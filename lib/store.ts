@@ -1,6 +1,4 @@
-import type { FastifyBaseLogger } from 'fastify'
 import type { Pace } from './bucket/pace.js'
-import type { PaceCatalogEntry } from './redis/catalog.js'
 
 /** What a reservation from any store offers: the decision, and the way to give the unit back. */
 export interface PaceReservation {
@@ -53,6 +51,23 @@ export interface StoredBucket {
 }
 
 /**
+ * Where a store writes what an operator must hear of (an outage and its end, a missing permission),
+ * each line an object of fields and a message: Fastify's logger is one.
+ */
+export interface PaceLog {
+  error: PaceLogLine
+  warn: PaceLogLine
+  info: PaceLogLine
+  debug: PaceLogLine
+}
+
+/** One level of a PaceLog: a message, with or without fields before it. */
+export interface PaceLogLine {
+  (fields: object, message: string): void
+  (message: string): void
+}
+
+/**
  * A store that holds paces for every replica at once, so that the declared rate holds in total.
  * Without one, each pace lives in the replica's memory and the rate holds per replica.
  */
@@ -69,7 +84,7 @@ export interface PaceStore {
    * this replica's own pace of that name, for a store that falls back to it while it is
    * unavailable; `log` is Fastify's logger. Throws a TypeError when the store cannot keep it.
    */
-  pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace
+  pace (name: string, rate: PaceBucket, local: Pace, log: PaceLog): SharedPace
   /**
    * The operator's actions on the key `key` of the pace `name`, for every replica at once
    * (`fastify.pace.inspect`, `reset` and `block`). A store without them refuses those actions with
@@ -110,4 +125,19 @@ export interface AuditEntry {
   readonly host: string
   /** A block's length in ms; absent for a reset. */
   readonly blockedMs?: number | undefined
+}
+
+/** One pace as the catalog of a store records it (`PaceStore.record`): its key kind and spends as `PaceKeyName` and `PaceSpend` name them. */
+export interface PaceCatalogEntry {
+  readonly name: string
+  readonly keyKind: string
+  /** The declared rate: `limit` units per `window` seconds (a `perSecond` pace: its rate per 1 s). */
+  readonly limit: number
+  readonly window: number
+  /** How the routes spend it, each once. */
+  readonly spend: readonly string[]
+  /** The routes that declare it: `POST /token`. */
+  readonly routes: readonly string[]
+  readonly shadow: boolean
+  readonly warnAt: number | null
 }

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { RedisStore, type RedisClientLike, type RedisUnavailable } from '../lib/index.js'
 import { main } from '../lib/operator/cli.js'
-import { keyName } from '../lib/redis/scripts.js'
+import { redisPaceName } from '../lib/redis/scripts.js'
 import { uniquePrefix } from './helpers/redis.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 
@@ -176,7 +176,7 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup, makePrefix: (labe
     const index = `${prefix}blocks`
     const enter = async (id: string): Promise<void> => {
       const end = Number((await setup.call('TIME') as string[])[0]) * 1000 + 60_000
-      await setup.call('ZADD', index, String(end), `${keyName(PACE)}:${id}`)
+      await setup.call('ZADD', index, String(end), `${redisPaceName(PACE)}:${id}`)
       await setup.call('PEXPIRE', index, '60000')
     }
     await enter('first')
@@ -190,7 +190,7 @@ export function blockBehaviour (t: TapTest, setup: BlockSetup, makePrefix: (labe
     const open = await replica(t, prefix, 'open')
     const closed = await replica(t, prefix, 'closed')
     await open.app.pace.block(PACE, { client: 'victim' }, 60)
-    t.ok(await until([open, closed], r => r.store._blockedMs(`${prefix}${keyName(PACE)}:victim`) > 0), 'both heard of it')
+    t.ok(await until([open, closed], r => r.store._blockedMs(`${prefix}${redisPaceName(PACE)}:victim`) > 0), 'both heard of it')
     const resume = await setup.pause()
     try {
       const [refusedOpen, refusedClosed] = await answers([open, closed], 'victim')

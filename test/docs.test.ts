@@ -15,6 +15,9 @@ import { checkBlocks, extractBlocks, isChecked, type DocBlock } from './helpers/
  * misspelt option, and cost no compilation of their own.
  */
 
+// Two whole TypeScript programs, each compiled twice: a minute on a quiet machine, more on a busy one.
+t.setTimeout(300_000)
+
 const repo = join(import.meta.dirname, '..')
 const FILES = ['README.md', ...readdirSync(join(repo, 'docs')).filter(name => name.endsWith('.md')).sort().map(name => `docs/${name}`)]
 

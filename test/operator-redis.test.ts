@@ -1,6 +1,6 @@
 import t from 'tap'
 import { RedisStore } from '../lib/index.js'
-import { keyName } from '../lib/redis/scripts.js'
+import { redisPaceName } from '../lib/redis/scripts.js'
 import { operatorBehaviour } from './operator-behaviour.js'
 import { ClockedClient, redisOrSkip, uniquePrefix } from './helpers/redis.js'
 
@@ -21,7 +21,7 @@ if (client !== null) {
     options: scope => ({ now: () => clock, store: new RedisStore({ client: clocked, prefix: `${prefix}${scope}:`, timeoutMs: 1000 }) }),
     advance: ms => { clock += ms },
     shared: true,
-    hasRow: async (scope, _app, name, key) => await client.exists(`${prefix}${scope}:${keyName(name)}:${key}`) === 1
+    hasRow: async (scope, _app, name, key) => await client.exists(`${prefix}${scope}:${redisPaceName(name)}:${key}`) === 1
   })
 
   t.test('list on Redis matches the pace\'s own keys only, whatever characters its name holds', async t => {

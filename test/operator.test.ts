@@ -93,3 +93,12 @@ t.test('an action the store\'s audit trail cannot record is taken all the same, 
   t.same(resets, ['192.0.2.1'])
   t.match(lines, [{ level: 40, pace: '/authorize', action: 'reset', err: { message: 'NOPERM xadd' }, msg: 'exchangepace: the operator\'s action was taken, but the store\'s audit trail did not record it' }])
 })
+
+t.test('an app with no paced route says so when asked for a pace', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { now: () => clock })
+  app.get('/open', async () => 'ok')
+  await app.ready()
+  await t.rejects(app.pace.inspect('/token', { client: 'c' }), { name: 'TypeError', message: 'exchangepace: no pace is named "/token"; the paces are none' })
+})

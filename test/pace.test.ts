@@ -527,3 +527,16 @@ t.test('the sweep', async t => {
     t.equal(drain(pace, 'k'), 10)
   })
 })
+
+t.test('a block', async t => {
+  t.test('refuses its key until its end, and inspecting it after the end finds a full bucket', async t => {
+    const { pace, clock } = paceAt(10)
+    pace.block('k', 1500) // t0
+    t.match(pace.inspect('k'), { remaining: 0, blockedMs: 1500 })
+    clock.ms = 1000
+    t.notOk(pace.reserve('k').granted, 'refused before its end')
+    clock.ms = 2000 // the block ended at 1500; its row is not swept yet
+    t.same(pace.inspect('k'), pace.inspect('never-spent'), 'as full as a key that never spent')
+    t.equal(drain(pace, 'k'), 10, 'and a full bucket to spend')
+  })
+})

@@ -101,6 +101,20 @@ t.test('a rejected outcome hides the client quota and shows the source quota', a
   t.equal(response.headers.ratelimit, '"/token#source";r=49;t=1')
 })
 
+t.test('a refunded unit of a store that says not when its bucket is full again shows the whole window', async t => {
+  // A store of one's own may leave fullInMs out; the quota then says the window, refunded or not.
+  const store: PaceStore = {
+    scope: 'shared by all replicas',
+    outage: 'it holds per replica',
+    pace: () => ({ reserve: async () => ({ granted: true, remaining: 40, retryAfterMs: 0, refund () {} }) })
+  }
+  const { app } = await tokenApp(t, { perSecond: 50, key: 'source', spend: 'accepted' }, { store })
+  const rejected = await post(app, ['client_id', 'c'], ['reject', 'yes'])
+  t.equal(rejected.statusCode, 401)
+  t.equal(rejected.headers.ratelimit, '"/token";r=41;t=1', 'the unit given back counted, the window for when')
+  t.equal((await post(app, ['client_id', 'c'])).headers.ratelimit, '"/token";r=40;t=1', 'kept: as the store said')
+})
+
 t.test('a rejected outcome on a client-only route sends no quota headers', async t => {
   const { app } = await tokenApp(t, CLIENT)
   const response = await post(app, ['client_id', 'victim'], ['reject', 'yes'])

@@ -2,7 +2,7 @@ import t from 'tap'
 import fc from 'fast-check'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { RedisStore, type PaceRouteOptions } from '../lib/index.js'
-import { keyName } from '../lib/redis/scripts.js'
+import { redisPaceName } from '../lib/redis/scripts.js'
 import { ClockedClient, redisOrSkip, uniquePrefix } from './helpers/redis.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 
@@ -25,7 +25,7 @@ const GUESSER = '203.0.113.9'
 const CLIENT_HOME = '198.51.100.7'
 
 /** The Redis key of the failure budget's pair (victim, `source`) under `prefix`. */
-const failureKey = (prefix: string, source: string): string => `${prefix}${keyName('/token#client+source:rejected')}:victim\u001f${source}`
+const failureKey = (prefix: string, source: string): string => `${prefix}${redisPaceName('/token#client+source:rejected')}:victim\u001f${source}`
 
 /** A token endpoint (client_secret_post) paced by `paces`, on `store`. */
 async function tokenApp (t: TapTest, paces: PaceRouteOptions[], options: Record<string, unknown>): Promise<FastifyInstance> {

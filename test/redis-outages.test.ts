@@ -106,7 +106,7 @@ function recordingLog (): { log: FastifyBaseLogger, lines: Array<[string, string
     if (typeof objOrMsg === 'string') lines.push([level, objOrMsg, undefined])
     else lines.push([level, String(msg), (objOrMsg as { master?: string }).master])
   }
-  return { log: { warn: record('warn'), info: record('info'), debug: record('debug') } as unknown as FastifyBaseLogger, lines }
+  return { log: { error: record('error'), warn: record('warn'), info: record('info'), debug: record('debug') } as unknown as FastifyBaseLogger, lines }
 }
 
 function setup (whenUnavailable: RedisUnavailable = 'fallback') {
@@ -247,6 +247,21 @@ t.test('a redirection the resend could not follow is decided in memory, counted,
   t.teardown(() => { performance.now = now })
   await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
   t.match(lines[1], ['warn', /^exchangepace: 3 requests paced in this replica's memory though Redis answered/], 'a minute later: the two since, and this one')
+})
+
+t.test('a master that denies the store\'s user a command is logged as a missing permission of that master, not as down', async t => {
+  const { client, pace, lines, onA } = setup()
+  const denied = new Error('NOPERM this user has no permissions to run the \'evalsha\' command')
+  t.ok((await reserve(client, pace, onA, denied)).asked)
+  t.same(lines, [['error', `exchangepace: Redis master ${A} denies the RedisStore's user a command (${denied.message}): a permission is missing, not the server; pacing its keys per replica in memory until it is granted (docs/stores.md gives the ACL SETUSER line)`, A]])
+})
+
+t.test('with whenUnavailable \'open\', a redirection the resend could not follow says the request failed open', async t => {
+  const { client, pace, lines, onA } = setup('open')
+  client.aloneFails = { error: new Error(`MOVED 885 ${PROMOTED}`), how: 'rejects' }
+  const { reservation } = await reserve(client, pace, onA, new Error(`MOVED 885 ${PROMOTED}`))
+  t.equal(reservation.granted, true, 'admitted, as open says')
+  t.match(lines, [['warn', /^exchangepace: 1 request failed open though Redis answered: the client handed back a redirection/]])
 })
 
 t.test('a resend that fails otherwise is an outage, as any failure', async t => {

@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify'
 import { Redis, type Cluster } from 'ioredis'
 import { RedisStore } from '../lib/index.js'
 import { main } from '../lib/operator/cli.js'
-import { keyName } from '../lib/redis/scripts.js'
+import { redisPaceName } from '../lib/redis/scripts.js'
 import { blockBehaviour } from './block-behaviour.js'
 import { extractBlocks } from './helpers/doc-blocks.js'
 import { ClockedClient } from './helpers/redis.js'
@@ -94,7 +94,7 @@ if (certs !== null) {
         options: scope => ({ now: () => clock, store: new RedisStore({ client: clocked, prefix: `${prefix}${scope}:`, timeoutMs: 1000 }) }),
         advance: ms => { clock += ms },
         shared: true,
-        hasRow: async (scope, _app, name, key) => await admin.exists(`${prefix}${scope}:${keyName(name)}:${key}`) === 1
+        hasRow: async (scope, _app, name, key) => await admin.exists(`${prefix}${scope}:${redisPaceName(name)}:${key}`) === 1
       })
     })
 

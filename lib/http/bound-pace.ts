@@ -1,10 +1,10 @@
 import type { NearLimit } from '../bucket/near-limit.js'
 import type { Observed } from './observer.js'
 import { QuotaItems } from './quota-headers.js'
-import type { PaceRegistry } from '../operator/registry.js'
-import type { Lane, NamedPace } from '../operator/named-pace.js'
+import type { PaceRegistry } from '../paces/registry.js'
+import type { Lane, NamedPace } from '../paces/named-pace.js'
 import type { KeyReader, KeyReaders } from './request-keys.js'
-import type { PaceRule } from './route-config.js'
+import { keyKindName, type PaceRule } from './route-config.js'
 import type { HeldReservation } from './ticket.js'
 
 /** A route's pace bound to its named pace, with its key reader, header items and counts. */
@@ -44,7 +44,7 @@ export interface Binding {
  * and in the store). A pace the registry or the store refuses fails the route, named.
  */
 export function bindPace (rule: PaceRule, route: string, binding: Binding): BoundPace {
-  const named = binding.registry._declare(rule, route)
+  const named = binding.registry._declare({ ...rule, keyKind: keyKindName(rule.key) }, route)
   const quota = new QuotaItems(rule)
   const laneQuotas = new Map<Lane, QuotaItems>([[named.declared, quota]])
   return {

@@ -2,6 +2,7 @@ import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import { checkKey, declaredClientId, grantType, pairKey, sourceKey } from '../keys/parse.js'
 import { bearerKey, deviceCodeKey } from '../keys/secrets.js'
 import type { PaceRule } from './route-config.js'
+import { ignoreRejection, isThenable } from '../values.js'
 
 /**
  * Reading a pace's key from a Fastify request: the request's parts handed to keys/parse.ts, which knows
@@ -97,14 +98,6 @@ function customReader (key: (request: FastifyRequest) => string | undefined, nam
     return checkKey(value, what, maxKeyLength)
   }
 }
-
-/** Whether `value` is a Promise (or another thenable), which a synchronous option must not return. */
-export function isThenable (value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as { then?: unknown } | null)?.then === 'function'
-}
-
-/** Handles a rejection of a Promise left behind: Node would end the process on an unhandled one. */
-export function ignoreRejection (): void {}
 
 /** What a key function returned instead of a key, for the error that says so. */
 function notAKey (value: unknown): string {

@@ -1,6 +1,9 @@
 import type { FastifyRequest } from 'fastify'
 import type { PaceRate } from '../bucket/pace.js'
-import type { RateOf } from '../operator/named-pace.js'
+import { MAX_QUOTA, MAX_WINDOW_SECONDS } from '../limits.js'
+import type { PaceKeyName } from '../paces/counts.js'
+import type { RateOf } from '../paces/named-pace.js'
+import { describe } from '../values.js'
 import { refusalShaper, type PaceRefusalOption, type RefusalShaper } from './refusal-shape.js'
 import type { PaceSpend } from './ticket.js'
 
@@ -107,14 +110,10 @@ export interface PaceRule {
   readonly early: boolean
 }
 
-/**
- * The highest quota a route may declare: its RateLimit-Policy quota (up to 1000 windows of the
- * rate, for a fractional one) must stay an RFC 8941 integer, which has at most 15 digits.
- */
-export const MAX_QUOTA = 999_999_999_999
-
-/** The longest window, in seconds: a year. */
-const MAX_WINDOW = 365 * 24 * 3600
+/** The name of a kind of key, as events, logs and the registry give it: 'function' for a key function. */
+export function keyKindName (kind: PaceKeyKind): PaceKeyName {
+  return typeof kind === 'string' ? kind : 'function'
+}
 
 /** Structured-field strings (RFC 8941) allow printable ASCII only; the name goes into headers. */
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/
@@ -123,19 +122,6 @@ const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf
 
 /** Reports a bad option: the route, where the option sits, what was expected and what came; `prefix` starts every error of the route. */
 type Fail = ((option: string, expected: string, value: unknown) => never) & { prefix: string }
-
-/** A value as an error message shows it: a string quoted, an object as JSON, a function as such. */
-export function describe (value: unknown): string {
-  if (typeof value === 'function') return 'a function'
-  if (typeof value === 'string') return JSON.stringify(value)
-  // JSON would print NaN and Infinity as null.
-  if (typeof value === 'number') return String(value)
-  try {
-    return JSON.stringify(value) ?? String(value)
-  } catch {
-    return String(value)
-  }
-}
 
 /**
  * Checks `config.pace` of the route `route` (e.g. "POST /token") and fills in defaults, `shadow`
@@ -200,7 +186,7 @@ function checkRate (options: Record<string, unknown>, at: string, fail: Fail): P
     return { limit: perSecond as number, window: 1, perSecond: perSecond as number, rate: { perSecond: perSecond as number } }
   }
   if (typeof limit !== 'number' || !(limit >= 1 && limit <= MAX_QUOTA)) fail(`${at}.limit`, `a number from 1 to ${MAX_QUOTA}`, limit)
-  if (typeof window !== 'number' || !(window > 0 && window <= MAX_WINDOW)) fail(`${at}.window`, `a number of seconds > 0 and <= ${MAX_WINDOW} (a year)`, window)
+  if (typeof window !== 'number' || !(window > 0 && window <= MAX_WINDOW_SECONDS)) fail(`${at}.window`, `a number of seconds > 0 and <= ${MAX_WINDOW_SECONDS} (a year)`, window)
   return { limit: limit as number, window: window as number, perSecond: (limit as number) / (window as number), rate: { limit: limit as number, window: window as number } }
 }
 

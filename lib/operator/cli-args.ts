@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs'
 import { userInfo } from 'node:os'
 import { parseArgs } from 'node:util'
-import type { PaceKeyName } from '../http/observer.js'
-import { whoKey, type PaceWho } from './who.js'
-import { MAX_BLOCK_SECONDS } from './registry.js'
+import { MAX_BLOCK_SECONDS } from '../limits.js'
+import type { PaceKeyName } from '../paces/counts.js'
+import { whoKey, type PaceWho } from '../paces/who.js'
 
 /**
  * The command line of `exchangepace`, read into a command the CLI can run, or refused whole with a

@@ -1,8 +1,8 @@
 import { bucketState } from '../bucket/state.js'
 import type { AuditEntry, StoredBucket } from '../store.js'
 import type { CliKeyCommand } from './cli-args.js'
-import type { PaceCatalogEntry } from '../redis/catalog.js'
-import type { PaceWho } from './who.js'
+import type { PaceCatalogEntry } from '../store.js'
+import type { PaceWho } from '../paces/who.js'
 
 /**
  * What the CLI prints of a key's row in Redis, as text for a person or as JSON for a script. A row

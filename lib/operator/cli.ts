@@ -1,13 +1,13 @@
 import { RedisStore } from '../redis/store.js'
-import { keyName } from '../redis/scripts.js'
+import { redisPaceName } from '../redis/scripts.js'
 import { pairKey } from '../keys/parse.js'
-import type { PaceCatalogEntry } from '../redis/catalog.js'
+import type { PaceCatalogEntry } from '../store.js'
 import { parseCommandLine, UsageError, type CliCommand, type CliKeyCommand, type CliListCommand } from './cli-args.js'
 import { auditText, bucketJson, duration, inspectionText, listText, pacesText, rowReport, whoText, type ListedRow } from './cli-report.js'
-import { whoOf } from './who.js'
+import { whoOf } from '../paces/who.js'
 import { hostname } from 'node:os'
 import { auditedKey } from '../keys/audited.js'
-import type { PaceKeyName } from '../http/observer.js'
+import type { PaceKeyName } from '../paces/counts.js'
 
 /**
  * `exchangepace inspect|reset|block`: the operator's actions on one key of a pace shared through
@@ -244,7 +244,7 @@ async function run (command: CliKeyCommand, store: RedisStore, entry: PaceCatalo
   const { action, pace, keyKind, key, prefix, json } = command
   const known = entry !== null
   if (entry?.keyKind === 'client+source' && keyKind === 'client') return await resetClient(command, store)
-  const redisKey = `${prefix}${keyName(pace)}:${key}`
+  const redisKey = `${prefix}${redisPaceName(pace)}:${key}`
   const head = { action, pace, keyKind, key, redisKey }
   const before = rowReport(await store.inspect(pace, key))
   if (action === 'inspect') return { keys: [], text: json ? jsonLine({ ...head, bucket: bucketJson(before) }) : inspectionText(command, before, redisKey, Date.now(), known) }

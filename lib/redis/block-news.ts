@@ -15,10 +15,10 @@
  * not hear of reaches it as every reset does (`RedisPace`'s follow rule): at the key's next request
  * while Redis answers. Nothing here runs on the request path.
  */
-import type { FastifyBaseLogger } from 'fastify'
 import { defaultClock, type Pace } from '../bucket/pace.js'
 import { deniedByAcl } from './outages.js'
 import type { RedisClientLike, RedisSubscriberLike } from './scripts.js'
+import type { PaceLog } from '../store.js'
 
 /** How often each replica reads the blocks in force, in ms. */
 export const READ_EVERY_MS = 1000
@@ -109,7 +109,7 @@ export class BlockNews {
   readonly #prefix: string
   readonly #ends = new Map<string, number>()
   readonly #paces = new Map<string, Array<WeakRef<Pace>>>()
-  #log: FastifyBaseLogger | null = null
+  #log: PaceLog | null = null
   #subscriber: RedisSubscriberLike | null = null
   #timer: NodeJS.Timeout | null = null
   #probed = false
@@ -136,7 +136,7 @@ export class BlockNews {
    * a store that keeps none), blocks in it the keys blocked now, and on the first call starts
    * hearing the announcements, logging to `log`.
    */
-  register (name: string, pace: Pace | null, log: FastifyBaseLogger): void {
+  register (name: string, pace: Pace | null, log: PaceLog): void {
     if (pace !== null) {
       const paces = this.#paces.get(name) ?? []
       paces.push(new WeakRef(pace))

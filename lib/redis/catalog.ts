@@ -1,5 +1,4 @@
-import type { PaceKeyName } from '../http/observer.js'
-import type { PaceSpend } from '../http/ticket.js'
+import type { PaceCatalogEntry } from '../store.js'
 
 /**
  * The catalog of an app's paces, which a `RedisStore` writes to Redis when the app is ready, so
@@ -7,21 +6,6 @@ import type { PaceSpend } from '../http/ticket.js'
  * `prefix + 'catalog'`, one field per pace name, its value the entry as JSON. Every replica writes
  * the same fields; a pace a newer deploy no longer declares stays until the hash is deleted.
  */
-
-/** One pace as the catalog records it. */
-export interface PaceCatalogEntry {
-  readonly name: string
-  readonly keyKind: PaceKeyName
-  /** The declared rate: `limit` units per `window` seconds (a `perSecond` pace: its rate per 1 s). */
-  readonly limit: number
-  readonly window: number
-  /** How the routes spend it, each once. */
-  readonly spend: readonly PaceSpend[]
-  /** The routes that declare it: `POST /token`. */
-  readonly routes: readonly string[]
-  readonly shadow: boolean
-  readonly warnAt: number | null
-}
 
 /** The catalog's key under a store's prefix. */
 export function catalogKey (prefix: string): string {

@@ -5,9 +5,11 @@
  * or the one its slots moved to, as a Cluster's failover moves them to a promoted replica). A
  * client with one server has one master.
  */
-import type { FastifyBaseLogger } from 'fastify'
 import { keySlot } from './key-slot.js'
-import type { RedisUnavailable } from './store.js'
+import type { PaceLog } from '../store.js'
+
+/** What a request gets while Redis is unavailable. */
+export type RedisUnavailable = 'fallback' | 'open' | 'closed'
 
 /**
  * What the store reads of an ioredis client to tell masters apart: a `Cluster` has `isCluster`
@@ -61,7 +63,7 @@ interface Outage {
   /** Requests for its keys decided without Redis's answer since it began: this replica's memory (or 'open'/'closed') decided them alone. */
   alone: number
   /** The logger that warned of it, which says when it ends. */
-  readonly log: FastifyBaseLogger
+  readonly log: PaceLog
 }
 
 /**
@@ -128,7 +130,7 @@ export class Outages {
    * ioredis follows; one that reaches here all the same (the client did not follow it) is counted
    * as decided outside any outage.
    */
-  failed (key: string, err: Error, log: FastifyBaseLogger): void {
+  failed (key: string, err: Error, log: PaceLog): void {
     if (isRedirection(err)) {
       this.#strayed(err, log)
       return
@@ -203,7 +205,7 @@ export class Outages {
   }
 
   /** A request decided without Redis outside any outage: counted, and warned of at most once a minute, with the count since the last warning. */
-  #strayed (err: Error, log: FastifyBaseLogger): void {
+  #strayed (err: Error, log: PaceLog): void {
     this.#stray++
     const now = performance.now()
     if (now - this.#strayWarnedAt < STRAY_WARN_MS) return

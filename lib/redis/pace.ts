@@ -3,13 +3,11 @@
  * fallback pace beside it, and the refund of what Redis granted. When the store counts Redis as
  * unavailable is outages.ts's; what the scripts do is scripts.ts's.
  */
-import type { FastifyBaseLogger } from 'fastify'
 import { Waiting, type Deadlines } from './deadlines.js'
 import type { Pace, Reservation } from '../bucket/pace.js'
 import { GRANT_BYTES, REFUSAL_BYTES, type PaceCommands } from './scripts.js'
-import { isResendable } from './outages.js'
-import type { RedisStore } from './store.js'
-import type { PaceReservation, SharedPace } from '../store.js'
+import { isResendable, type RedisUnavailable } from './outages.js'
+import type { PaceReservation, SharedPace, PaceLog } from '../store.js'
 
 /**
  * A refusal in this replica's memory whose unit is back later than this (a failure budget spent,
@@ -82,6 +80,24 @@ class ReserveWaiting extends Waiting {
 }
 
 /**
+ * What a RedisPace is given of its store (a RedisStore): the settings every pace of the store
+ * shares, the deadlines of their requests, and the bookkeeping of outages and of the paces whose
+ * memory may hold rows, which lives in the store because it spans all of its paces.
+ */
+export interface PaceHost {
+  readonly whenUnavailable: RedisUnavailable
+  readonly retryMs: number
+  readonly _deadlines: Deadlines
+  /** The latest outage's number, which a request sent now carries. */
+  readonly _outage: number
+  _mayTry (redisKey: string): boolean
+  _blockedMs (redisKey: string): number
+  _failed (redisKey: string, err: Error, log: PaceLog): void
+  _track (pace: RedisPace): void
+  _answered (answered: RedisPace, redisKey: string, sentIn: number): void
+}
+
+/**
  * One pace in Redis. With `whenUnavailable: 'fallback'`, every request is also paced in this
  * replica's memory, and granted only when both grant: first the fallback pace (a refusal there
  * asks Redis only when its unit is back more than a second later, see `#follow`), then Redis (a
@@ -95,7 +111,7 @@ class ReserveWaiting extends Waiting {
  * to Redis running the script varies: at most `timeoutMs`).
  */
 export class RedisPace implements SharedPace {
-  readonly #store: RedisStore
+  readonly #store: PaceHost
   readonly #commands: PaceCommands
   readonly #prefix: string
   /** The bucket as the scripts take it: its limit, and its window in ms, or null for one second (see `scriptWindow`). */
@@ -103,7 +119,7 @@ export class RedisPace implements SharedPace {
   readonly #windowMs: number | null
   /** This replica's pace of the name, with `whenUnavailable: 'fallback'`; null with 'open' or 'closed'. */
   readonly #local: Pace | null
-  readonly #log: FastifyBaseLogger
+  readonly #log: PaceLog
   readonly #unavailable: PaceReservation
   readonly #deadlines: Deadlines
   /** In the store's set of paces whose memory may hold rows (see `RedisStore._answered`). */
@@ -111,7 +127,7 @@ export class RedisPace implements SharedPace {
   /** Requests this pace decided without Redis's answer (an outage, a timeout, a redirection not followed): granted, and refused. */
   readonly unanswered = { granted: 0, refused: 0 }
 
-  constructor (store: RedisStore, commands: PaceCommands, prefix: string, rate: number, windowMs: number | null, local: Pace | null, log: FastifyBaseLogger) {
+  constructor (store: PaceHost, commands: PaceCommands, prefix: string, rate: number, windowMs: number | null, local: Pace | null, log: PaceLog) {
     this.#store = store
     this.#commands = commands
     this.#prefix = prefix

@@ -295,7 +295,7 @@ return struct.pack('<d', ending)
  * the first ':' after it ends it: otherwise pace "/a" with key "b:c" and pace "/a:b" with key "c"
  * would share one Redis key. A name without either character is written as it is.
  */
-export function keyName (name: string): string {
+export function redisPaceName (name: string): string {
   return name.replace(/[%:]/g, found => found === ':' ? '%3A' : '%25')
 }
 

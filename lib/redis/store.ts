@@ -1,20 +1,16 @@
-import type { FastifyBaseLogger } from 'fastify'
 import { appendAudit, readAudit, type AuditClient } from './audit.js'
 import { BlockNews } from './block-news.js'
-import { readCatalog, writeCatalog, type CatalogClient, type PaceCatalogEntry } from './catalog.js'
+import { readCatalog, writeCatalog, type CatalogClient } from './catalog.js'
 import { Deadlines } from './deadlines.js'
 import type { Pace } from '../bucket/pace.js'
-import { Outages, type SlotMap } from './outages.js'
+import { Outages, type RedisUnavailable, type SlotMap } from './outages.js'
 import { RedisPace } from './pace.js'
-import { defineCommands, keyName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
-import type { AuditEntry, PaceBucket, PaceStore, SharedPace, StoredBucket } from '../store.js'
+import { defineCommands, redisPaceName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
+import type { AuditEntry, PaceBucket, PaceCatalogEntry, PaceStore, SharedPace, StoredBucket, PaceLog } from '../store.js'
 
 export type { RedisClientLike } from './scripts.js'
 
 const MAX_TIMER_MS = 2 ** 31 - 1
-
-/** What a request gets while Redis is unavailable. */
-export type RedisUnavailable = 'fallback' | 'open' | 'closed'
 
 export interface RedisStoreOptions {
   /** An ioredis client (`new Redis(...)`, a `Cluster`, or the one @fastify/redis decorates). */
@@ -95,10 +91,10 @@ export class RedisStore implements PaceStore {
     this.#news = new BlockNews(client, prefix)
   }
 
-  pace (name: string, rate: PaceBucket, local: Pace, log: FastifyBaseLogger): SharedPace {
+  pace (name: string, rate: PaceBucket, local: Pace, log: PaceLog): SharedPace {
     const windowMs = scriptWindow(name, rate)
     const fallback = this.whenUnavailable === 'fallback' ? local : null
-    this.#news.register(keyName(name), fallback, log)
+    this.#news.register(redisPaceName(name), fallback, log)
     return new RedisPace(this, this.#commands, this.#key(name, ''), rate.limit, windowMs, fallback, log)
   }
 
@@ -149,7 +145,7 @@ export class RedisStore implements PaceStore {
 
   /** Also lifts the block in this replica's memory, and announces the reset to every replica (see `BlockNews`). */
   async reset (name: string, key: string): Promise<void> {
-    const member = `${keyName(name)}:${key}`
+    const member = `${redisPaceName(name)}:${key}`
     await this.#commands.exchangepaceReset(this.prefix + member)
     this.#news.reset(member)
     try {
@@ -161,7 +157,7 @@ export class RedisStore implements PaceStore {
 
   /** Also blocks the key in this replica's memory, and announces the block to every replica (see `BlockNews`). */
   async block (name: string, key: string, ms: number): Promise<Date> {
-    const member = `${keyName(name)}:${key}`
+    const member = `${redisPaceName(name)}:${key}`
     const whole = Math.ceil(ms)
     const reply = await this.#commands.exchangepaceBlockBuffer(this.prefix + member, whole)
     this.#news.block(member, whole)
@@ -175,7 +171,7 @@ export class RedisStore implements PaceStore {
 
   /** The Redis key of `key` in the pace `name`'s table. */
   #key (name: string, key: string): string {
-    return `${this.prefix}${keyName(name)}:${key}`
+    return `${this.prefix}${redisPaceName(name)}:${key}`
   }
 
   /**
@@ -202,7 +198,7 @@ export class RedisStore implements PaceStore {
   }
 
   /** @internal A request for `redisKey` failed or timed out: its master is unavailable, with one warning per outage. */
-  _failed (redisKey: string, err: Error, log: FastifyBaseLogger): void {
+  _failed (redisKey: string, err: Error, log: PaceLog): void {
     this.#outages.failed(redisKey, err, log)
   }
 

@@ -1,13 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Pace, Clock } from '../bucket/pace.js'
 import { bucketState, type BucketState } from '../bucket/state.js'
-import { keyName, PaceCounts, type Observer } from '../http/observer.js'
-import type { PaceRule } from '../http/route-config.js'
-import type { AuditEntry, PaceReservation, PaceStore, StoredBucket } from '../store.js'
-import type { PaceCatalogEntry } from '../redis/catalog.js'
+import { MAX_BLOCK_SECONDS } from '../limits.js'
+import { describe } from '../values.js'
+import type { AuditEntry, PaceCatalogEntry, PaceReservation, PaceStore, StoredBucket } from '../store.js'
 import { hostname } from 'node:os'
-import { describe } from '../http/route-config.js'
-import { NamedPace, type Lane } from './named-pace.js'
+import { PaceCounts, type PaceKeyName } from './counts.js'
+import { NamedPace, type Lane, type RateOf } from './named-pace.js'
 import { clientPairs, whoKey, whoOf, type KeyMaking, type PaceWho } from './who.js'
 
 /** What `fastify.pace.inspect` tells of one key's bucket. */
@@ -51,16 +50,34 @@ function actor ({ by = 'fastify.pace' }: PaceActionOptions): string {
 /** The most keys `list` gives. */
 export const MAX_LIST = 10_000
 
+/** Where an operator's action is reported (the plugin's observer logs it and tells `onEvent`). */
+export interface OperatorReport {
+  /** An operator's action on `key`, as the audit trail records it (`entry`). */
+  operated (pace: NamedPace, key: string, action: 'reset' | 'blocked', ms: number, entry: AuditEntry): void
+  /** The key as the audit trail records it (a client id as its hash unless `logClientIds`). */
+  audited (pace: NamedPace, key: string): string
+}
+
 /** What the registry needs from the plugin instance. */
 export interface RegistryContext extends KeyMaking {
   readonly now: Clock | undefined
   readonly store: PaceStore | undefined
   readonly log: FastifyBaseLogger
-  readonly observer: Observer
+  readonly observer: OperatorReport
 }
 
-/** The longest block, in seconds: a year, as the longest window. */
-export const MAX_BLOCK_SECONDS = 365 * 24 * 3600
+/** What a route declares of a pace: its name, the kind of its key, its bucket and its `rateOf`. */
+export interface PaceDeclaration {
+  readonly name: string
+  readonly keyKind: PaceKeyName
+  readonly limit: number
+  readonly window: number
+  readonly rateOf: RateOf | undefined
+  /** How the route spends it (`PaceSpend`), for the catalog. */
+  readonly spend: string
+  readonly shadow: boolean
+  readonly warnAt: number | null
+}
 
 /**
  * `fastify.pace`: the paces of this instance, one per name, and what an operator does with them.
@@ -249,11 +266,11 @@ export class PaceRegistry {
   }
 
   /**
-   * @internal The pace of `rule`, made on first use. Throws a TypeError naming `route` when the
-   * name is already taken at another rate, `rateOf` or kind of key, or the store cannot keep it.
+   * @internal The pace `rule` declares, made on first use. Throws a TypeError naming `route` when
+   * the name is already taken at another rate, `rateOf` or kind of key, or the store cannot keep it.
    */
-  _declare (rule: PaceRule, route: string): NamedPace {
-    const keyKind = keyName(rule.key)
+  _declare (rule: PaceDeclaration, route: string): NamedPace {
+    const { keyKind } = rule
     const known = this.#paces.get(rule.name)
     const pace = `pace ${JSON.stringify(rule.name)}`
     if (known === undefined) {
@@ -299,7 +316,7 @@ export class PaceRegistry {
 }
 
 /** `pace`, with `route`, which declares it by `rule`, among its routes. */
-function declaredBy (pace: NamedPace, rule: PaceRule, route: string): NamedPace {
+function declaredBy (pace: NamedPace, rule: PaceDeclaration, route: string): NamedPace {
   if (!pace.routes.includes(route)) pace.routes.push(route)
   pace.spends.add(rule.spend)
   return pace

@@ -1,7 +1,7 @@
 import { isIP, isIPv6 } from 'node:net'
 import { checkKey, InvalidRequest, pairKey, sourceKey } from '../keys/parse.js'
-import type { PaceKeyName } from '../http/observer.js'
-import { describe } from '../http/route-config.js'
+import { describe } from '../values.js'
+import type { PaceKeyName } from './counts.js'
 
 /**
  * One key of a pace, given by its parts as an operator knows them: `{ client }` for a pace keyed by
@@ -68,7 +68,7 @@ export function clientPairs (pace: string, kind: PaceKeyName, who: unknown, maki
 }
 
 /** The parts of `key`, a key of a pace keyed by `kind`, as an operator gives them. */
-export function whoOf (kind: PaceKeyName, key: string): PaceWho {
+export function whoOf (kind: string, key: string): PaceWho {
   if (kind === 'client') return { client: key }
   if (kind === 'source') return { source: key }
   if (kind !== 'client+source') return { key }

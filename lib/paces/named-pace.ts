@@ -1,10 +1,9 @@
 import { NearLimit } from '../bucket/near-limit.js'
 import { defaultClock, Pace, type Clock } from '../bucket/pace.js'
-import { PaceCounts, type PaceKeyName } from '../http/observer.js'
-import { ignoreRejection, isThenable } from '../http/request-keys.js'
-import { MAX_QUOTA } from '../http/route-config.js'
+import { MAX_QUOTA } from '../limits.js'
+import { ignoreRejection, isThenable } from '../values.js'
+import { PaceCounts, type PaceKeyName } from './counts.js'
 import type { PaceStore, SharedPace } from '../store.js'
-import type { PaceSpend } from '../http/ticket.js'
 import type { FastifyBaseLogger } from 'fastify'
 
 /**
@@ -64,7 +63,7 @@ export class NamedPace {
   readonly declared: Lane
   /** The routes that declare it, and how they spend it: what the catalog records. */
   readonly routes: string[] = []
-  readonly spends = new Set<PaceSpend>()
+  readonly spends = new Set<string>()
   readonly #making: PaceMaking
   readonly #lanes: Lane[] = []
   readonly #byRate = new Map<number, Lane>()
