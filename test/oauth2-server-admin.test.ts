@@ -143,7 +143,7 @@ t.test('two instances sharing Redis: what the admin routes of one do, the other 
   if (redis === null) return
   const prefix = uniquePrefix('admin')
   t.teardown(async () => { await redis.del(...await redis.keys(`${prefix}*`), `${prefix}none`) })
-  const [a, b] = [await server(t, { store: new RedisStore({ client: redis, prefix }) }), await server(t, { store: new RedisStore({ client: redis, prefix }) })]
+  const [a, b] = [await server(t, { store: new RedisStore({ client: redis, prefix, timeoutMs: 1000 }) }), await server(t, { store: new RedisStore({ client: redis, prefix, timeoutMs: 1000 }) })]
   for (let i = 0; i < 5; i++) t.equal((await token(i % 2 === 0 ? a : b, 'rep-s3cret_2025.v0~')).statusCode, 401)
   t.equal((await token(b, REPORTING.secret)).statusCode, 429, 'five failures over both instances: locked out on both')
   const who = { pace: BUDGET, client: REPORTING.id, source: '127.0.0.1' }
