@@ -211,6 +211,7 @@ if (redis !== null) {
     await redis.del(`${prefix}catalog`)
     t.match(JSON.parse((await cli('list', '--pace', BUDGET, '--json')).stdout).keys, [{ who: { client: REPORTING.id, source: '192.0.2.14' } }])
     t.match(JSON.parse((await cli('list', '--pace', '/token#client', '--json')).stdout).keys[0], { who: { key: 'webapp' }, bucket: { state: 'blocked' } })
+    t.match((await cli('list', '--pace', '/token#client')).stdout, /\n {2}key webapp: blocked until /)
   })
 
   t.test('every reset and block, by the app or the CLI, is in the audit trail; audit prints the latest', async t => {

@@ -1,6 +1,7 @@
 import t from 'tap'
 import { fleetFromEnv } from '../examples/fleet.js'
 import { buildServer } from '../examples/oauth2-server.js'
+import { buildServer as buildExample } from '../examples/server.js'
 import { redisOrSkip } from './helpers/redis.js'
 import { RedisStore } from '../lib/index.js'
 import { main } from '../lib/operator/cli.js'
@@ -44,6 +45,10 @@ if (redis !== null) {
       await app.ready()
     }
     t.teardown(() => Promise.all(apps.map(app => app.close())))
+    const example = buildExample({ store: new RedisStore({ client: redis, prefix: `exchangepace-fleet-doc-${process.pid}:` }) })
+    t.teardown(() => example.close())
+    await example.ready()
+    t.match(example.swagger().info.description, 'Every rate is shared by all replicas (Redis).')
     const source = `198.51.100.${(process.pid % 200) + 1}`
     await apps[0].pace.block('/authorize', { source }, 60)
     const refused = await apps[1].inject({ url: '/authorize?response_type=code&client_id=webapp', remoteAddress: source })

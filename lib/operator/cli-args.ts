@@ -149,13 +149,9 @@ function operator (given: string | undefined): string {
   return by
 }
 
-/** The OS user running the CLI, or 'unknown' where the system has none to tell (a container's uid without a name). */
+/** The OS user running the CLI (`userInfo` throws where the system has no name for it: give --by there). */
 function osUser (): string {
-  try {
-    return userInfo().username
-  } catch {
-    return 'unknown'
-  }
+  return userInfo().username
 }
 
 function readArgs (argv: readonly string[]) {
