@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url'
 import Redis from 'ioredis'
 
 export const BENCH_DIR = dirname(fileURLToPath(import.meta.url))
-export const PARTS = ['bucket', 'memory', 'http', 'fidelity', 'flood', 'redis', 'instructions', 'guessing', 'failover', 'soak', 'capacity', 'latency']
+export const PARTS = ['bucket', 'memory', 'http', 'fidelity', 'flood', 'redis', 'instructions', 'guessing', 'failover', 'soak', 'capacity', 'latency', 'timeouts', 'faults']
 
 /**
  * `--quick` shortens every part for a quick look; `--smoke` is the shortest form that still runs

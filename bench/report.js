@@ -9,6 +9,7 @@ import { failoverSection, failoverSummaryRow } from './report-failover.js'
 import { soakSection, soakSummaryRow, soakSvg } from './soak-report.js'
 import { capacitySection, capacitySummaryRows } from './capacity-report.js'
 import { latencySection, latencySummaryRow } from './report-latency.js'
+import { faultsSection, faultsSummaryRow, timeoutsSection, timeoutsSummaryRow } from './report-faults.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
@@ -183,6 +184,8 @@ function summarySection (results) {
   if (results.failover && !results.failover.skipped) rows.push(failoverSummaryRow(results.failover))
   if (results.soak) rows.push(soakSummaryRow(results.soak))
   if (results.latency && !results.latency.skipped) rows.push(latencySummaryRow(results.latency))
+  if (results.timeouts && !results.timeouts.skipped) rows.push(timeoutsSummaryRow(results.timeouts))
+  if (results.faults && !results.faults.skipped) rows.push(faultsSummaryRow(results.faults))
   return ['## Summary', '', mdTable(['question', 'target', 'measured (median, spread)', ''], rows, ['l', 'l', 'l', 'l']), ''].join('\n')
 }
 
@@ -598,7 +601,7 @@ export function writeReport ({ resultsDir, docsDir }) {
     '',
     'Five questions a user choosing a rate limiter for a token endpoint asks: what it costs per request, how much memory it holds, whether it admits more than the declared rate, whether an attacker can reset or exhaust it, and how many guesses at a client\'s secret it lets reach the check; and, for a pace shared through Redis, what that costs. Each part below answers one, with @fastify/rate-limit (and, for the bucket and the guessing, rate-limiter-flexible) measured in the same process or the same run on the same machine, so that the ratios hold even where the absolute figures drift.',
     '',
-    'Run it: `npm run bench` (all parts, about an hour before the guessing part (part 7 counts under callgrind for about 40 minutes), whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12; then the failover runs, part 9, about 2 minutes, the hour of the soak, part 10, the capacity rounds, part 11, and the latency rounds, part 14, about 5 minutes), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
+    'Run it: `npm run bench` (all parts, about an hour before the guessing part (part 7 counts under callgrind for about 40 minutes), whose simulated hour adds about 5 minutes of CPU: 15 minutes on the shared machine at a load average of 12; then the failover runs, part 9, about 2 minutes, the hour of the soak, part 10, the capacity rounds, part 11, the latency rounds, part 14, about 5 minutes, the answer times, part 15, about 3 minutes, and the random faults, part 16, about 7 minutes), `npm run bench -- --part http` (one part; the report is rebuilt from the latest results of every part), `npm run bench -- --quick` (a shortened run, written to bench/results/tmp-quick/). Raw results: bench/results/*.json.',
     '',
     summarySection(results),
     machineSection(results),
@@ -613,7 +616,9 @@ export function writeReport ({ resultsDir, docsDir }) {
     results.failover ? failoverSection(results.failover) : null,
     results.soak ? soakSection(results.soak, 'soak.svg') : null,
     results.capacity ? capacitySection(results.capacity) : null,
-    results.latency ? latencySection(results.latency) : null
+    results.latency ? latencySection(results.latency) : null,
+    results.timeouts ? timeoutsSection(results.timeouts) : null,
+    results.faults ? faultsSection(results.faults) : null
   ].filter(section => section !== null).join('\n')
   writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
   written.push(join(docsDir, 'benchmarks.md'))

@@ -8,7 +8,7 @@
 //                                         and docs/soak.svg
 //   npm run bench -- --part http          one part (or several: --part bucket,memory); the report is
 //                                         rebuilt from the latest JSON of every part
-//   npm run bench -- --quick              every part, shortened, for a quick look (about 7 minutes,
+//   npm run bench -- --quick              every part, shortened, for a quick look (about 9 minutes,
 //                                         4 of them the soak's)
 //   npm run bench -- --smoke              the shortest form of every part (what test/bench.test.ts runs)
 //   npm run bench -- --out DIR            raw JSON and the report go to DIR instead
@@ -24,7 +24,10 @@
 // (a RedisStore through a Cluster failover and a restart of Redis, under traffic), soak (an hour
 // of mixed traffic through two replicas per store: rows, heap, RSS, event-loop delay, losses),
 // capacity (Redis's CPU, bytes and round trips per request: what one Redis core carries), latency
-// (what a request waits for with Redis behind a delaying proxy: one limit, one pace, three paces).
+// (what a request waits for with Redis behind a delaying proxy: one limit, one pace, three paces),
+// timeouts (Redis's answer time under the soak's traffic, alone and at load, and the false outages
+// each timeoutMs would begin), faults (random fault schedules between two replicas and Redis, each
+// seed's invariants checked).
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
@@ -42,7 +45,7 @@ if (!outGiven && options.mode !== 'full') options.out = join(BENCH_DIR, 'results
 const docs = options.docs ?? (outGiven || options.mode !== 'full' ? options.out : join(BENCH_DIR, '..', 'docs'))
 
 /** Node flags each part needs. */
-const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [], latency: [] }
+const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fidelity: [], flood: [], redis: [], instructions: [], guessing: [], failover: [], soak: [], capacity: [], latency: [], timeouts: [], faults: [] }
 
 function runPart (part) {
   return new Promise(resolve => {

@@ -13,6 +13,10 @@
 //
 // The refund script's calls are counted by wrapping the command the store defines on the client:
 // each call sent, each answered 1 (gave back) or 0 (nothing to give), each that failed.
+//
+// bench/timeouts.js starts it with a fourth argument, TIMEOUT_MS, the store's `timeoutMs`: each
+// reserve script call is then timed from the store's call to its answer (what the store's timeout
+// counts), and 'answers' returns them (when each began, in Unix ms, and its time) since the previous 'answers'.
 
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import Fastify from 'fastify'
@@ -21,7 +25,7 @@ import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 import { soakPaces, soakSecret } from './soak-traffic.js'
 
-const [budgetWindow, store, port] = process.argv.slice(2)
+const [budgetWindow, store, port, timeoutArg] = process.argv.slice(2)
 
 /** Warnings and info lines of the plugin: each outage of the Redis store logs one of each. */
 const logged = { outages: 0, returns: 0 }
@@ -34,6 +38,7 @@ const stream = {
 
 const refunds = { sent: 0, gave: 0, nothing: 0, failed: 0 }
 let client = null
+let timeoutMs = null
 
 function countRefunds (redis) {
   const refund = redis.exchangepaceRefund
@@ -47,14 +52,31 @@ function countRefunds (redis) {
   }
 }
 
+/** The reserve calls since the last 'answers': when each began (Unix ms) and its answer time in ms. */
+let answers = []
+
+function timeReserves (redis) {
+  const reserve = redis.exchangepaceReserveBuffer
+  redis.exchangepaceReserveBuffer = function (...args) {
+    const started = performance.now()
+    const answering = reserve.apply(this, args)
+    if (this !== redis) return answering
+    const took = () => { answers.push([performance.timeOrigin + started, performance.now() - started]) }
+    answering.then(took, took)
+    return answering
+  }
+}
+
 const app = Fastify({ trustProxy: '127.0.0.1', logger: { level: 'info', stream } })
 await app.register(formbody)
 if (store === 'redis') {
   client = new Redis({ host: '127.0.0.1', port: Number(port), enableAutoPipelining: true })
   client.on('error', () => {}) // a stopped server is the point of the run; the store reports it
   await client.ping()
-  const redisStore = new RedisStore({ client, prefix: 'soak:' })
+  const redisStore = new RedisStore({ client, prefix: 'soak:', ...(timeoutArg === undefined ? {} : { timeoutMs: Number(timeoutArg) }) })
+  timeoutMs = redisStore.timeoutMs
   countRefunds(client)
+  if (timeoutArg !== undefined) timeReserves(client)
   await app.register(exchangePace, { store: redisStore })
 } else {
   await app.register(exchangePace)
@@ -95,7 +117,10 @@ function sample (tidy) {
 
 process.on('message', async message => {
   if (message.cmd === 'sample' || message.cmd === 'tidy') process.send({ cmd: message.cmd, sample: sample(message.cmd === 'tidy') })
-  else if (message.cmd === 'exit') {
+  else if (message.cmd === 'answers') {
+    process.send({ cmd: 'answers', answers, logged: { ...logged } })
+    answers = []
+  } else if (message.cmd === 'exit') {
     await app.close()
     if (client !== null) client.disconnect()
     process.exit(0)
@@ -105,4 +130,4 @@ process.on('message', async message => {
 // The parent gone (a run that failed, a test that timed out), nothing is left serving.
 process.on('disconnect', () => process.exit(0))
 
-process.send({ cmd: 'ready', port: app.server.address().port, pid: process.pid })
+process.send({ cmd: 'ready', port: app.server.address().port, pid: process.pid, timeoutMs })

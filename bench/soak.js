@@ -66,7 +66,7 @@ function startReplica (store, redisPort) {
     return answering
   }
   const exit = () => exited ? Promise.resolve() : new Promise(resolve => { child.once('exit', resolve); child.send({ cmd: 'exit' }) })
-  return answer('ready').then(ready => ({ port: ready.port, ask, exit }))
+  return answer('ready').then(ready => ({ port: ready.port, timeoutMs: ready.timeoutMs, ask, exit }))
 }
 
 /** The keys under the soak's prefix (but the catalog of paces), per pace; those without an expiry; those expiring beyond their pace's window. */
@@ -279,7 +279,7 @@ async function main () {
     })
     const file = writeResult(options, 'soak', {
       description: 'mixed traffic through two replicas per store: rows held, heap, RSS, event-loop delay and counts each sample; losses and flatness checked',
-      settings: { ...settings, streams: STREAMS.map(s => ({ name: s.name, perSecond: s.perSecond })) },
+      settings: { ...settings, timeoutMs: soaks.find(soak => soak.store === 'redis')?.replicas[0].timeoutMs, streams: STREAMS.map(s => ({ name: s.name, perSecond: s.perSecond })) },
       redisServer,
       redisSkipped: server === null ? 'redis-server is not installed' : undefined,
       stalls,

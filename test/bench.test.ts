@@ -318,6 +318,33 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 14. Latency on a shared store')
   })
 
+  t.test('timeouts: every reserve call timed, alone and at load, and the false outages counted at 50 to 1000 ms', async t => {
+    const timeouts = read(out, 'timeouts')
+    if (!ran(t, 'the timeouts part', timeouts.skipped)) return
+    t.equal(timeouts.phases.length, 2, 'alone, and beside the processes spinning')
+    for (const phase of timeouts.phases) {
+      t.ok(phase.calls > 0, `${phase.name}: reserve calls timed`)
+      t.ok(phase.answerMs.p50 <= phase.answerMs.p99 && phase.answerMs.p99 <= phase.answerMs.p999 && phase.answerMs.p999 <= phase.answerMs.max, `${phase.name}: p50, p99, p99.9 and max in order`)
+      t.same(phase.byTimeout.map((b: Json) => b.timeoutMs), [50, 100, 250, 500, 1000])
+      const slower = phase.byTimeout.map((b: Json) => b.slower)
+      t.ok(slower.every((n: number, i: number) => i === 0 || n <= slower[i - 1]), `${phase.name}: no more calls slower than a longer timeout`)
+      t.ok(phase.byTimeout.every((b: Json) => b.outages <= b.slower), 'an outage begins on a slow answer')
+      t.equal(phase.outagesLogged, 0, 'the replicas\' own timeout (10 s) cut no answer off')
+    }
+    t.equal(timeouts.target.met, true, 'no request failed')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 15. How long Redis takes to answer')
+  })
+
+  t.test('faults: a seeded fault schedule between two replicas and Redis, its invariants checked', async t => {
+    const faults = read(out, 'faults')
+    if (!ran(t, 'the faults part', faults.skipped)) return
+    t.equal(faults.runs.length, 1, 'the smoke\'s one seed')
+    t.same(faults.runs[0].kinds.length, 2, 'of two faults')
+    t.same(faults.broken, [], 'no invariant broken')
+    t.ok(faults.runs[0].statuses[200] > 0, 'clients admitted')
+    t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 16. Random faults between the replicas and Redis')
+  })
+
   t.test('the report and the chart are written next to the results', async t => {
     const md = readFileSync(join(out, 'benchmarks.md'), 'utf8')
     for (const heading of ['## Summary', '## Machine and commands', '## 1. Bucket cost', '## 2. Memory', '## 3. HTTP cost', '## 4. Fidelity', '## 5. Key flood', '### The borrowed name', '## 6. Redis', '## 7. Instructions per request']) {

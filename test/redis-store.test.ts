@@ -141,6 +141,7 @@ t.test('the store loads one script per operation and keys buckets as prefix + na
   t.match(client.scripts.get('exchangepaceReserve'), /redis\.call\('TIME'\)/, 'the clock is the server\'s')
   t.equal(client.scripts.get('exchangepaceReserveAlone'), client.scripts.get('exchangepaceReserve'), 'the reserve sent on its own is the same script: one SHA, one entry in Redis\'s cache')
   t.equal(store.prefix, 'exchangepace:')
+  t.match(new RedisStore({ client }), { prefix: 'exchangepace:', timeoutMs: 250, retryMs: 1000, whenUnavailable: 'fallback' }, 'the defaults, readable on the store')
   t.equal(store.scope, 'shared by all replicas (Redis)')
   const reserving = pace.reserve('reporting')
   t.same(client.reserves.map(c => [c.key, c.perSecond]), [['exchangepace:/token:reporting', 2]])

@@ -20,7 +20,7 @@ export interface RedisStoreOptions {
    * ':' and the key. Default: 'exchangepace:'.
    */
   prefix?: string | undefined
-  /** Longest wait for Redis before a request takes the `whenUnavailable` path, in ms. Default: 50. */
+  /** Longest wait for Redis before a request takes the `whenUnavailable` path, in ms. Default: 250 (docs/stores.md gives the measurement). */
   timeoutMs?: number | undefined
   /**
    * While Redis fails or is slow: 'fallback' (default) paces in this replica's memory, so the rate
@@ -68,7 +68,7 @@ export class RedisStore implements PaceStore {
   #tidyNext = this.#tracked.values()
 
   constructor (options: RedisStoreOptions) {
-    const { client, prefix = 'exchangepace:', timeoutMs = 50, whenUnavailable = 'fallback', retryMs = 1000 } = options ?? {}
+    const { client, prefix = 'exchangepace:', timeoutMs = 250, whenUnavailable = 'fallback', retryMs = 1000 } = options ?? {}
     if (client === null || typeof client !== 'object' || typeof client.defineCommand !== 'function') {
       throw new TypeError('exchangepace: RedisStore client must be an ioredis client (Redis or Cluster)')
     }
