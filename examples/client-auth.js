@@ -17,7 +17,8 @@ export const DEVICE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code'
  * The registered clients. A real server keeps hashed secrets in a database; the point here is the
  * pace around the check, not the check. `tv` is public (no secret: RFC 8628's devices cannot keep
  * one); `analytics` authenticates with a signed assertion (its public key: the test holds the
- * private one, test/fixtures/analytics-key.json).
+ * private one, test/fixtures/analytics-key.json). `rate`: the client's own exchanges per second at
+ * the token endpoint (its `rateOf`), when it has one.
  */
 export const CLIENTS = new Map([
   ['reporting', { secret: 'reporting-secret', grantTypes: ['client_credentials'], scopes: ['reports:read'], redirectUris: [] }],

@@ -1,9 +1,10 @@
 // exchangepace's counts as Prometheus metrics, with prom-client: what each pace granted, refused,
 // refunded and found malformed, of those how many were decided without the shared store's answer,
-// and the rows it holds, on GET /metrics.
+// the warnings of paces in shadow or with warnAt, and the rows it holds, on GET /metrics.
 //
 //   exchangepace_decisions_total{pace="/token#client",decision="refused"} 12
 //   exchangepace_decided_without_store_total{pace="/token#client",decision="granted"} 40
+//   exchangepace_warnings_total{pace="/token#client",warning="near_limit"} 4
 //   exchangepace_rows{pace="/token#client"} 3
 //   exchangepace_store_unavailable 0          (with a shared store such as RedisStore)
 //
@@ -56,6 +57,20 @@ export function paceMetrics (app, { register = new Registry(), store } = {}) {
         const counts = app.pace.counts(pace)
         this.inc({ pace, decision: 'granted' }, counts.grantedWithoutStore)
         this.inc({ pace, decision: 'refused' }, counts.refusedWithoutStore)
+      }
+    }
+  }))
+  register.registerMetric(new Counter({
+    name: 'exchangepace_warnings_total',
+    help: 'Warnings of each pace of this replica: requests a pace in shadow would have refused (shadow_refusal), keys that spent a pace\'s warnAt share (near_limit, once per key until full again)',
+    labelNames: ['pace', 'warning'],
+    registers: [],
+    collect () {
+      this.reset()
+      for (const pace of app.pace.names()) {
+        const counts = app.pace.counts(pace)
+        this.inc({ pace, warning: 'shadow_refusal' }, counts.shadowRefused)
+        this.inc({ pace, warning: 'near_limit' }, counts.nearLimit)
       }
     }
   }))

@@ -20,6 +20,7 @@ import formbody from '@fastify/formbody'
 import OAuth2Server from '@node-oauth/oauth2-server'
 import basicAuth from 'basic-auth'
 import exchangePace from 'exchangepace'
+import { fleetFromEnv } from './fleet.js'
 
 const { OAuthError, Request, Response } = OAuth2Server
 
@@ -38,7 +39,8 @@ const { OAuthError, Request, Response } = OAuth2Server
 const TOKEN_ENDPOINT_PACES = [
   { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
   { limit: 100, window: 86400, key: 'source', spend: 'rejected' },
-  { perSecond: 5, key: 'client', spend: 'accepted' },
+  // A client's own rate, from its registration (the registry below): at once, no lookup elsewhere.
+  { perSecond: 5, key: 'client', spend: 'accepted', rateOf: id => CLIENTS.get(id)?.rate },
   { perSecond: 50, key: 'source', spend: 'every' }
 ]
 
@@ -50,7 +52,8 @@ const AUTHORIZATION_ENDPOINT_PACES = [
 /**
  * The registered clients, all confidential. Their ids and secrets are made of letters, digits,
  * '-', '.', '_' and '~' (openid-client form-encodes some of these: see `decodedBasic`). A real
- * server keeps hashed secrets in a database.
+ * server keeps hashed secrets in a database. `rate`: the client's own exchanges per second (the
+ * token endpoint's `rateOf`), when it has one.
  */
 const CLIENTS = new Map([
   ['reporting-service', { id: 'reporting-service', secret: 'rep-s3cret_2026.v1~', grants: ['client_credentials'], scopes: ['reports:read'], redirectUris: [] }],
@@ -291,7 +294,8 @@ const OPERATED = {
     client: { type: 'string' },
     source: { type: 'string' },
     key: { type: 'string' },
-    seconds: { type: 'number' }
+    seconds: { type: 'number' },
+    by: { type: 'string', minLength: 1, maxLength: 200 }
   }
 }
 
@@ -305,6 +309,8 @@ function inspected (pace, { remaining, retryAfterMs, fullInMs, blockedUntil }) {
  * act for every replica; without one, on this replica only.
  * - GET  /admin/paces          the pace names
  * - POST /admin/paces/inspect  { pace, client?, source?, key? }: what the key's bucket holds now
+ *   (reset and block take `by`, the operator's name, for the log line and the audit trail; default:
+ *   the request's address)
  * - POST /admin/paces/reset    the same: the bucket full again, a block lifted; answers the bucket after
  * - POST /admin/paces/block    the same and { seconds }: nothing granted to the key until then
  */
@@ -313,6 +319,8 @@ async function adminRoutes (app, { adminToken }) {
   const route = { config: { pace: ADMIN_PACES }, preHandler: adminGuard(adminToken) }
   const operated = { ...route, schema: { body: OPERATED } }
   const who = ({ client, source, key }) => ({ client, source, key })
+  // The operator, for the log line and the audit trail: the name the request gives, or its address.
+  const by = request => ({ by: request.body.by ?? `admin route from ${request.ip}` })
   app.get('/admin/paces', route, async () => ({ paces: app.pace.names() }))
   app.post('/admin/paces/inspect', operated, async request => {
     const { pace } = request.body
@@ -320,12 +328,17 @@ async function adminRoutes (app, { adminToken }) {
   })
   app.post('/admin/paces/reset', operated, async request => {
     const { pace } = request.body
-    await app.pace.reset(pace, who(request.body))
+    await app.pace.reset(pace, who(request.body), by(request))
+    const { client, source, key } = request.body
+    // A client alone on a failure budget's pace: every address of it was reset; what is left is a list.
+    if (client !== undefined && source === undefined && key === undefined && app.pace.names().includes(pace) && pace.includes('client+source')) {
+      return { pace, client, heldBack: await app.pace.list(pace, { client }) }
+    }
     return inspected(pace, await app.pace.inspect(pace, who(request.body)))
   })
   app.post('/admin/paces/block', operated, async request => {
     const { pace, seconds } = request.body
-    const until = await app.pace.block(pace, who(request.body), seconds)
+    const until = await app.pace.block(pace, who(request.body), seconds, by(request))
     return { pace, blockedUntil: until.toISOString() }
   })
 }
@@ -333,11 +346,12 @@ async function adminRoutes (app, { adminToken }) {
 /**
  * The server, not yet listening. `options.now` (a monotonic clock in milliseconds; tests pass
  * their own) and `options.store` (a RedisStore, to share the paces between replicas) are handed to
- * exchangepace, `options.logger` to Fastify; `options.adminToken` guards /admin.
+ * exchangepace, `options.logger` and `options.trustProxy` to Fastify; `options.adminToken` guards
+ * /admin. Run as a fleet, it reads REDIS_URL or REDIS_CLUSTER, and TRUST_PROXY (examples/fleet.js).
  */
 export function buildServer (options = {}) {
-  const { logger = false, now, store, adminToken = DEMO_ADMIN_TOKEN } = options
-  const app = Fastify({ logger })
+  const { logger = false, now, store, trustProxy, adminToken = DEMO_ADMIN_TOKEN } = options
+  const app = Fastify({ logger, trustProxy })
   app.register(formbody)
   app.register(exchangePace, { now, store, isClient: id => CLIENTS.has(id) })
   app.register(routes)
@@ -351,10 +365,13 @@ function isMain (url) {
 }
 
 if (isMain(import.meta.url)) {
-  const { PORT: port = '3000' } = process.env
-  const app = buildServer({ logger: true, adminToken: process.env.ADMIN_TOKEN })
-  await app.listen({ host: '127.0.0.1', port: Number(port) })
-  const base = `http://127.0.0.1:${app.server.address().port}`
+  const { PORT: port = '3000', HOST: host = '127.0.0.1' } = process.env
+  const fleet = fleetFromEnv(process.env)
+  const app = buildServer({ logger: true, adminToken: process.env.ADMIN_TOKEN, store: fleet.store, trustProxy: fleet.trustProxy })
+  app.addHook('onClose', fleet.close)
+  for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => { app.close() })
+  await app.listen({ host, port: Number(port) })
+  const base = `http://${host}:${app.server.address().port}`
   console.log(`\n@node-oauth/oauth2-server paced by exchangepace on ${base}; try:\n
 curl -i -u reporting-service:rep-s3cret_2026.v1~ -d grant_type=client_credentials ${base}/token
 curl -H "authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' \\

@@ -29,6 +29,7 @@ import swagger from '@fastify/swagger'
 import exchangePace from 'exchangepace'
 import { authenticateClient, CLIENTS, DEVICE_GRANT, sendOAuth } from './client-auth.js'
 import { DEVICE_INTERVAL, deviceFlow } from './device-flow.js'
+import { fleetFromEnv } from './fleet.js'
 
 const oauthError = {
   type: 'object',
@@ -223,7 +224,8 @@ export function tokenPaces (slowDown) {
     { limit: 1, window: DEVICE_INTERVAL, key: 'device_code', spend: 'every', refusal: slowDown },
     failures,
     sourceFailures,
-    { ...exchanges, exceptGrantTypes: [DEVICE_GRANT] },
+    // A client registered with a rate of its own (client-auth.js) gets it: `rateOf` answers at once.
+    { ...exchanges, exceptGrantTypes: [DEVICE_GRANT], rateOf: id => CLIENTS.get(id)?.rate },
     ceiling
   ]
 }
@@ -367,23 +369,25 @@ function routes (state) {
 /**
  * The example server, not yet listening. `options.now` is the monotonic clock in milliseconds
  * handed to exchangepace and read by the device grant and token lifetimes (tests pass their own;
- * default: `performance.now`), `options.logger` goes to Fastify.
+ * default: `performance.now`), `options.store` (a RedisStore, to share the paces between replicas)
+ * too; `options.logger` and `options.trustProxy` go to Fastify. Run as a fleet, it reads REDIS_URL
+ * or REDIS_CLUSTER, and TRUST_PROXY (examples/fleet.js).
  */
 export function buildServer (options = {}) {
-  const { logger = false, now } = options
-  const app = Fastify({ logger })
+  const { logger = false, now, store, trustProxy } = options
+  const app = Fastify({ logger, trustProxy })
   app.register(formbody)
   app.register(swagger, {
     openapi: {
       info: {
         title: 'exchangepace example authorization server',
-        description: 'An OAuth 2.0 authorization server whose endpoints are each paced by exchangepace. Every rate is per replica.',
+        description: `An OAuth 2.0 authorization server whose endpoints are each paced by exchangepace. Every rate is ${store === undefined ? 'per replica' : 'shared by all replicas (Redis)'}.`,
         version: '1.0.0'
       }
     }
   })
   // isClient: a declared id that names no registered client spends no pace keyed by the client id.
-  app.register(exchangePace, { isClient: id => CLIENTS.has(id), ...(now === undefined ? {} : { now }) })
+  app.register(exchangePace, { isClient: id => CLIENTS.has(id), now, store })
   app.register(routes(serverState(now ?? (() => performance.now()))))
   return app
 }
@@ -419,9 +423,12 @@ function isMain (url) {
 }
 
 if (isMain(import.meta.url)) {
-  const { PORT: port = '3000' } = process.env
-  const app = buildServer({ logger: true })
-  await app.listen({ host: '127.0.0.1', port: Number(port) })
-  const base = `http://127.0.0.1:${app.server.address().port}`
+  const { PORT: port = '3000', HOST: host = '127.0.0.1' } = process.env
+  const fleet = fleetFromEnv(process.env)
+  const app = buildServer({ logger: true, store: fleet.store, trustProxy: fleet.trustProxy })
+  app.addHook('onClose', fleet.close)
+  for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => { app.close() })
+  await app.listen({ host, port: Number(port) })
+  const base = `http://${host}:${app.server.address().port}`
   console.log(`\nexample authorization server on ${base}; try:\n\n${curlLines(base).join('\n')}\n`)
 }

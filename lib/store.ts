@@ -91,8 +91,53 @@ export interface PaceStore {
    * a TypeError. Each rejects when the store does not answer: an operator must know.
    */
   inspect? (name: string, key: string): Promise<StoredBucket>
+  /**
+   * Visits every row the pace `name` has in the store whose key starts with `keyPrefix`, on every
+   * server (each master of a Cluster), with what `inspect` tells of it; resolves when all are
+   * visited. A row may read full (its time has come).
+   */
+  scan? (name: string, keyPrefix: string, visit: (key: string, bucket: StoredBucket) => void): Promise<void>
+  /** Records the app's paces where a tool without the app reads them (the CLI): called when the app is ready. */
+  record? (paces: readonly PaceCatalogEntry[]): Promise<void>
+  /** Appends an operator's action to the store's audit trail. */
+  audit? (entry: AuditEntry): Promise<void>
   /** Makes the bucket full again, and lifts a block. */
   reset? (name: string, key: string): Promise<void>
   /** Grants the key nothing for `ms` milliseconds; the bucket is full when the block ends. Resolves to its end. */
   block? (name: string, key: string, ms: number): Promise<Date>
+}
+
+/** One operator's action, as the trail and the log line record it. */
+export interface AuditEntry {
+  /** When, in ISO 8601 (this machine's clock). */
+  readonly time: string
+  readonly action: 'reset' | 'block'
+  readonly pace: string
+  readonly keyKind: string
+  /**
+   * The key: a source, or the hash of a device code or bearer token, as given; a client id (alone,
+   * in a pair, or a custom key) only with `logClientIds`, otherwise `sha256:` and its hash.
+   */
+  readonly key: string
+  /** Who did it: `{ by }` of the call, the CLI's `--by` (default: the OS user). */
+  readonly by: string
+  /** The machine it was done from. */
+  readonly host: string
+  /** A block's length in ms; absent for a reset. */
+  readonly blockedMs?: number | undefined
+}
+
+/** One pace as the catalog of a store records it (`PaceStore.record`): its key kind and spends as `PaceKeyName` and `PaceSpend` name them. */
+export interface PaceCatalogEntry {
+  readonly name: string
+  readonly keyKind: string
+  /** The declared rate: `limit` units per `window` seconds (a `perSecond` pace: its rate per 1 s). */
+  readonly limit: number
+  readonly window: number
+  /** How the routes spend it, each once. */
+  readonly spend: readonly string[]
+  /** The routes that declare it: `POST /token`. */
+  readonly routes: readonly string[]
+  readonly shadow: boolean
+  readonly warnAt: number | null
 }

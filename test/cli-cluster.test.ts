@@ -1,4 +1,6 @@
 import t from 'tap'
+import Fastify from 'fastify'
+import { exchangePace, RedisStore } from '../lib/index.js'
 import { main } from '../lib/operator/cli.js'
 import { installedOrSkip, startCluster } from './helpers/cluster.js'
 
@@ -30,5 +32,27 @@ if (installedOrSkip('redis-server', 'the CLI\'s cluster test starts a cluster of
     }
     const masters = new Set(await Promise.all(keys.map(async id => (await cluster.masterOf(`exchangepace:/token#client:${id}`)).port)))
     t.ok(masters.size > 1, 'the keys live on more than one master')
+  })
+
+  t.test('fastify.pace.list scans every master of the Cluster', async t => {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    await app.register(exchangePace, { store: new RedisStore({ client, prefix: 'exchangepace-list:', timeoutMs: 1000 }) })
+    app.post('/token', { config: { pace: { perSecond: 5, key: 'client', spend: 'accepted', name: 'listed' } } }, async () => 'ok')
+    await app.ready()
+    const keys = ['reporting-service', 'webapp', 'billing', 'mobile-app', 'batch', 'kiosk']
+    for (const id of keys) await app.pace.block('listed', { client: id }, 60)
+    const masters = new Set(await Promise.all(keys.map(async id => (await cluster.masterOf(`exchangepace-list:listed:${id}`)).port)))
+    t.ok(masters.size > 1, 'the keys live on more than one master')
+    const listed = await app.pace.list('listed')
+    t.same(listed.map(entry => entry.who.client).sort(), [...keys].sort())
+    t.ok(listed.every(entry => entry.remaining === 0 && entry.blockedUntil !== null))
+    t.equal((await app.pace.list('listed', { limit: 2 })).length, 2)
+    const paces = await cli('paces', '--prefix', 'exchangepace-list:', '--json')
+    t.match(JSON.parse(paces.stdout).paces, [{ name: 'listed', keyKind: 'client', routes: ['POST /token'] }], 'the catalog, read from the Cluster')
+    const listedByCli = JSON.parse((await cli('list', '--pace', 'listed', '--prefix', 'exchangepace-list:', '--json')).stdout)
+    t.same(listedByCli.keys.map((entry: { who: { client: string } }) => entry.who.client).sort(), [...keys].sort(), 'the CLI lists every master\'s keys')
+    for (const id of keys) await app.pace.reset('listed', { client: id })
+    t.same(await app.pace.list('listed'), [])
   })
 }

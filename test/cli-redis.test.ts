@@ -4,6 +4,8 @@ import { RedisStore } from '../lib/index.js'
 import { main } from '../lib/operator/cli.js'
 import { NO_ROW } from '../lib/operator/cli-report.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
+import { hostname, userInfo } from 'node:os'
+import { secretKey } from '../lib/index.js'
 
 /**
  * `exchangepace inspect|reset|block` against a real Redis, on the keys of examples/oauth2-server.js
@@ -19,7 +21,8 @@ if (redis !== null) {
     const keys = await redis.keys(`${prefix}*`)
     if (keys.length > 0) await redis.del(...keys)
   })
-  const app = buildServer({ store: new RedisStore({ client: redis, prefix }) })
+  // A timeout no answer reaches on a busy machine: a request the memory decided would leave no row to read.
+  const app = buildServer({ store: new RedisStore({ client: redis, prefix, timeoutMs: 1000 }) })
   t.teardown(() => app.close())
   await app.ready()
 
@@ -34,7 +37,7 @@ if (redis !== null) {
   })
   const cli = async (...argv: string[]) => {
     const out = { stdout: '', stderr: '', code: -1 }
-    out.code = await main([...argv, '--redis', url, '--prefix', prefix], {
+    out.code = await main([...argv, '--redis', url, ...(argv.includes('--prefix') ? [] : ['--prefix', prefix])], {
       stdout: { write: (text: string) => { out.stdout += text } },
       stderr: { write: (text: string) => { out.stderr += text } },
       env: {}
@@ -47,9 +50,14 @@ if (redis !== null) {
    */
   const snapshot = async () => {
     const keys = (await redis.keys(`${prefix}*`)).sort()
-    const value = async (key: string): Promise<unknown> => await redis.type(key) === 'zset' ? await redis.zrange(key, 0, -1, 'WITHSCORES') : (await redis.getBuffer(key))?.toString('hex')
+    const value = async (key: string): Promise<unknown> => {
+      const type = await redis.type(key)
+      if (type === 'zset') return await redis.zrange(key, 0, -1, 'WITHSCORES')
+      if (type === 'stream') return await redis.xlen(key)
+      return type === 'hash' ? await redis.hgetall(key) : (await redis.getBuffer(key))?.toString('hex')
+    }
     const rows = await Promise.all(keys.map(async key => ({ key, value: await value(key), ttl: await redis.pttl(key) })))
-    return rows.filter(row => row.ttl > 60_000).map(({ key, value }) => [key, value])
+    return rows.filter(row => row.ttl > 60_000 || row.ttl === -1).map(({ key, value }) => [key, value])
   }
   const pair = ['--pace', BUDGET, '--client', REPORTING.id, '--source', '127.0.0.1']
 
@@ -83,14 +91,15 @@ if (redis !== null) {
   t.test('a full bucket has no row: the CLI says what it cannot know', async t => {
     const out = await cli('inspect', '--pace', '/token#client', '--client', 'webapp')
     t.equal(out.code, 0)
-    t.match(out.stdout, `\n  ${NO_ROW}.\n  Pace names are not stored in Redis either: if a row was expected, check --pace against the app's fastify.pace.names(), the parts, and --prefix.\n`)
-    const json = JSON.parse((await cli('inspect', '--pace', 'custom', '--key', 'tenant-7', '--json')).stdout)
+    t.equal(out.stderr, '', 'the app recorded its catalog: nothing to warn of')
+    t.match(out.stdout, `\n  ${NO_ROW}.\n  The app's catalog declares this pace: if a row was expected, check the parts.\n`)
+    const json = JSON.parse((await cli('inspect', '--pace', '/token#client', '--client', 'webapp', '--json')).stdout)
     t.same(json, {
       action: 'inspect',
-      pace: 'custom',
-      keyKind: 'function',
-      key: 'tenant-7',
-      redisKey: `${prefix}custom:tenant-7`,
+      pace: '/token#client',
+      keyKind: 'client',
+      key: 'webapp',
+      redisKey: `${prefix}/token#client:webapp`,
       bucket: { state: 'full', remaining: null, retryAfterMs: 0, fullInMs: 0, blockedUntil: null, limit: null, windowMs: null, note: NO_ROW }
     })
   })
@@ -122,7 +131,7 @@ if (redis !== null) {
     await token('a-wrong-secret')
     await cli('block', '--pace', '/token#client', '--client', 'webapp', '--seconds', '600')
     const before = await snapshot()
-    t.same(before.map(([key]) => key), [`${prefix}/token#client+source%3Arejected:reporting-service\u001f127.0.0.1`, `${prefix}/token#client:webapp`, `${prefix}/token#source%3Arejected:127.0.0.1`, `${prefix}blocks`], 'the failure budgets\' rows, a block, and the index of blocks to keep')
+    t.same(before.map(([key]) => key), [`${prefix}/token#client+source%3Arejected:reporting-service\u001f127.0.0.1`, `${prefix}/token#client:webapp`, `${prefix}/token#source%3Arejected:127.0.0.1`, `${prefix}audit`, `${prefix}blocks`, `${prefix}catalog`], 'the failure budgets\' rows, a block, the audit trail, the index of blocks to keep and the catalog')
     const bad: string[][] = [
       ['unblock', ...pair],
       ['block', ...pair, '--seconds=-5'],
@@ -130,7 +139,11 @@ if (redis !== null) {
       ['reset', '--client', REPORTING.id, '--source', '127.0.0.1'],
       ['reset', '--pace', BUDGET, '--source', '127.0.0'],
       ['reset', '--pace', BUDGET, '--client', REPORTING.id, '--key', 'k'],
-      ['reset', ...pair, '--seconds', '60']
+      ['reset', ...pair, '--seconds', '60'],
+      ['block', '--pace', '/token#clinet', '--client', 'x', '--seconds', '30'],
+      ['block', '--pace', '/token#source', '--client', 'x', '--seconds', '30'],
+      ['reset', '--pace', '/token#client', '--client', REPORTING.id, '--source', '127.0.0.1'],
+      ['list', '--pace', '/token#client', '--client', REPORTING.id]
     ]
     for (const argv of bad) {
       const out = await cli(...argv)
@@ -138,5 +151,94 @@ if (redis !== null) {
       t.match(out.stderr, /^exchangepace: /)
     }
     t.same(await snapshot(), before, 'every key as it was')
+  })
+
+  t.test('paces prints the catalog the app recorded when it was ready', async t => {
+    const text = await cli('paces')
+    t.equal(text.code, 0)
+    t.match(text.stdout, `The paces the apps on ${prefix} recorded:\n`)
+    t.match(text.stdout, '  /token#client+source:rejected  keyed by client+source, 5 per 1 h, spend rejected (POST /token)\n')
+    t.match(text.stdout, '  /token#client  keyed by client, 5/s, spend accepted (POST /token)\n')
+    const json = JSON.parse((await cli('paces', '--json')).stdout)
+    t.match(json.paces.find((pace: { name: string }) => pace.name === '/admin#source:rejected'), { keyKind: 'source', limit: 5, window: 3600, spend: ['rejected'], shadow: false, warnAt: null })
+    t.same(json.paces.map((pace: { name: string }) => pace.name), [...json.paces.map((pace: { name: string }) => pace.name)].sort(), 'by name')
+    const none = await cli('paces', '--prefix', `${prefix}nothing:`)
+    t.same(none, { code: 0, stderr: '', stdout: `no app has recorded a catalog of its paces under the prefix "${prefix}nothing:" (an app with a RedisStore records it when it is ready).\n` })
+    const unchecked = await cli('inspect', '--pace', 'anything', '--client', 'x', '--prefix', `${prefix}nothing:`)
+    t.equal(unchecked.code, 0)
+    t.equal(unchecked.stderr, `exchangepace: no app has recorded a catalog of its paces under the prefix "${prefix}nothing:" (an app with a RedisStore records it when it is ready): the pace name and the kind of key are not checked.\n`)
+    t.match(unchecked.stdout, 'No app recorded a catalog of its paces under this prefix, so the pace name is not checked')
+  })
+
+  t.test('a pace or parts the catalog does not know: exit 2, the paces named, nothing written', async t => {
+    const before = await snapshot()
+    const misspelt = await cli('block', '--pace', '/token#clinet', '--client', 'x', '--seconds', '30')
+    t.equal(misspelt.code, 2)
+    t.equal(misspelt.stdout, '')
+    t.match(misspelt.stderr, /^exchangepace: the app's catalog has no pace named "\/token#clinet"; its paces are .*"\/token#client" \(client\)/)
+    t.match(misspelt.stderr, /\nNothing was written\.\n$/)
+    const kind = await cli('block', '--pace', '/token#source', '--client', 'x', '--seconds', '30')
+    t.match(kind.stderr, /pace "\/token#source" is keyed by source, not by what was given \(client\); the paces are /)
+    t.same(await snapshot(), before, 'nothing written')
+  })
+
+  t.test('list prints who is held back; reset --client on a pair\'s pace gives back every address', async t => {
+    for (const source of ['192.0.2.10', '192.0.2.11']) for (let i = 0; i < 5; i++) await token('rep-s3cret_2025.v0~', source)
+    await token('rep-s3cret_2025.v0~', '192.0.2.12')
+    const text = await cli('list', '--pace', BUDGET, '--client', REPORTING.id)
+    t.equal(text.code, 0)
+    t.match(text.stdout, new RegExp(`^${BUDGET.replace('+', '\\+')}: [34] keys held back, least remaining first\n  client reporting-service from 192\\.0\\.2\\.1[01]: remaining 0 of 5 per 1 h, next unit in 1[12] min`))
+    t.match(text.stdout, /\n {2}client reporting-service from 192\.0\.2\.12: remaining 4 of 5 per 1 h, next unit now, full again in 1[12] min/)
+    const json = JSON.parse((await cli('list', '--pace', BUDGET, '--limit', '1', '--json')).stdout)
+    t.equal(json.keys.length, 1)
+    t.match(json.keys[0], { who: { client: REPORTING.id, source: /^192\.0\.2\.1[01]$/ }, bucket: { state: 'spent', remaining: 0 } })
+    const reset = await cli('reset', '--pace', BUDGET, '--client', REPORTING.id)
+    t.equal(reset.code, 0)
+    t.match(reset.stdout, /^reset \/token#client\+source:rejected, client reporting-service from every address: [34] pairs \(.*192\.0\.2\.10.*\); every replica follows at once\.\n$/)
+    t.equal((await token(REPORTING.secret, '192.0.2.11')).statusCode, 200, 'lifted')
+    t.match((await cli('list', '--pace', BUDGET, '--client', REPORTING.id)).stdout, /^\/token#client\+source:rejected: no key is held back/)
+    t.same(JSON.parse((await cli('reset', '--pace', BUDGET, '--client', REPORTING.id, '--json')).stdout), { action: 'reset', pace: BUDGET, keyKind: 'client+source', client: REPORTING.id, sources: [] })
+    t.match((await cli('reset', '--pace', BUDGET, '--client', REPORTING.id)).stdout, /no pair of it held a row \(nothing to lift\)/)
+    await cli('block', '--pace', '/token#source', '--source', '192.0.2.99', '--seconds', '60')
+    t.match((await cli('list', '--pace', '/token#source')).stdout, /^\/token#source: \d+ keys? held back, least remaining first\n {2}source 192\.0\.2\.99: blocked until [\d-]+T/)
+    const uncatalogued = await cli('list', '--pace', BUDGET, '--prefix', `${prefix}nothing:`)
+    t.match(uncatalogued.stdout, /no key is held back/)
+    await token('rep-s3cret_2025.v0~', '192.0.2.13')
+    t.match((await cli('reset', '--pace', BUDGET, '--client', REPORTING.id)).stdout, /from every address: 1 pair \(192\.0\.2\.13\)/)
+    // Without a catalog, a key's parts are read from the key: a pair's by its separator, any other as { key }.
+    await token('rep-s3cret_2025.v0~', '192.0.2.14')
+    await cli('block', '--pace', '/token#client', '--client', 'webapp', '--seconds', '60')
+    await redis.del(`${prefix}catalog`)
+    t.match(JSON.parse((await cli('list', '--pace', BUDGET, '--json')).stdout).keys, [{ who: { client: REPORTING.id, source: '192.0.2.14' } }])
+    t.match(JSON.parse((await cli('list', '--pace', '/token#client', '--json')).stdout).keys[0], { who: { key: 'webapp' }, bucket: { state: 'blocked' } })
+    t.match((await cli('list', '--pace', '/token#client')).stdout, /\n {2}key webapp: blocked until /)
+  })
+
+  t.test('every reset and block, by the app or the CLI, is in the audit trail; audit prints the latest', async t => {
+    await app.pace.block('/token#client', { client: 'webapp' }, 30, { by: 'alice@ops' })
+    await cli('reset', '--pace', '/token#client', '--client', 'webapp', '--by', 'bob')
+    await cli('block', '--pace', '/token#source', '--source', '192.0.2.77', '--seconds', '60')
+    const json = JSON.parse((await cli('audit', '--limit', '3', '--json')).stdout)
+    const hash = `sha256:${secretKey('webapp')}`
+    t.match(json.entries, [
+      { action: 'block', pace: '/token#source', keyKind: 'source', key: '192.0.2.77', by: userInfo().username, host: hostname(), blockedMs: 60000 },
+      { action: 'reset', pace: '/token#client', keyKind: 'client', key: hash, by: 'bob', host: hostname() },
+      { action: 'block', pace: '/token#client', keyKind: 'client', key: hash, by: 'alice@ops', host: hostname(), blockedMs: 30000 }
+    ])
+    t.ok(json.entries.every((entry: { time: string }) => !Number.isNaN(Date.parse(entry.time))), 'each with its time')
+    t.notOk(JSON.stringify(json).includes('"webapp'), 'a client id only as its hash')
+    const text = await cli('audit', '--limit', '1')
+    t.match(text.stdout, new RegExp(`^The latest 1 action of the audit trail under ${prefix}, newest first:\\n {2}\\S+Z {2}block /token#source \\(source\\) 192\\.0\\.2\\.77 for 1 min, by \\S+ on \\S+\\n$`))
+    t.equal((await cli('audit', '--prefix', `${prefix}nothing:`)).stdout, `The audit trail under ${prefix}nothing: is empty: no reset or block has been recorded.\n`)
+    t.match((await cli('audit')).stdout, /^The latest \d+ actions of the audit trail/)
+  })
+
+  t.test('the audit trail is a capped stream: XADD with MAXLEN keeps about the latest 10000', async t => {
+    const store = new RedisStore({ client: redis, prefix: `${prefix}capped:` })
+    const entry = { time: new Date().toISOString(), action: 'reset' as const, pace: 'p', keyKind: 'source', key: '192.0.2.1', by: 'test', host: 'h' }
+    for (let i = 0; i < 10_300; i += 300) await Promise.all(Array.from({ length: 300 }, () => store.audit(entry)))
+    const length = await redis.xlen(`${prefix}capped:audit`)
+    t.ok(length >= 10_000 && length < 10_300, `trimmed to about 10000 (${length})`)
+    t.equal((await store.auditTrail(5)).length, 5)
   })
 }

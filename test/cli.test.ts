@@ -31,13 +31,13 @@ t.test('--help and -h print the usage and exit 0', async t => {
   for (const flag of ['--help', '-h']) {
     t.same(await cli([flag]), { stdout: USAGE, stderr: '', code: 0 }, flag)
   }
-  t.match(USAGE, /inspect\|reset\|block --redis URL --pace NAME/)
+  t.match(USAGE, /paces\|list\|inspect\|reset\|block\|audit --redis URL \[--pace NAME\]/)
 })
 
 t.test('a command line it cannot run is a clear error, exit 2, and nothing is sent', async t => {
   const cases: Array<[string, string[], Record<string, string>, RegExp]> = [
-    ['no command', [...GOOD, '--client', 'c'], {}, /give a command: inspect, reset, block/],
-    ['an unknown command', ['unblock', ...GOOD, '--client', 'c'], {}, /unknown command "unblock"; the commands are inspect, reset, block/],
+    ['no command', [...GOOD, '--client', 'c'], {}, /give a command: paces, list, inspect, reset, block, audit/],
+    ['an unknown command', ['unblock', ...GOOD, '--client', 'c'], {}, /unknown command "unblock"; the commands are paces, list, inspect, reset, block, audit/],
     ['an argument after the command', ['reset', 'c', ...GOOD, '--client', 'c'], {}, /unexpected argument "c"; options start with --/],
     ['an unknown option', ['reset', ...GOOD, '--client', 'c', '--force'], {}, /Unknown option '--force'/],
     ['an option without its value', ['reset', ...GOOD, '--client'], {}, /Option '--client <value>' argument missing/],
@@ -69,6 +69,16 @@ t.test('a command line it cannot run is a clear error, exit 2, and nothing is se
     ['a URL without a host', ['reset', '--pace', 'p', '--client', 'c', '--redis', 'redis://'], {}, /--redis must be a redis:\/\/ or rediss:\/\/ URL with a host/],
     ['a timeout of 0', ['reset', ...GOOD, '--client', 'c', '--timeout', '0'], {}, /--timeout must be a number > 0 and <= 600/],
     ['a CA for a URL without TLS', ['reset', ...GOOD, '--client', 'c', '--tls-ca', 'ca.pem'], {}, /--tls-ca is for a rediss:\/\/ URL \(TLS\); got redis:\/\//],
+    ['paces with a pace', ['paces', ...GOOD], {}, /paces lists every pace; it takes no --pace/],
+    ['audit with a pace', ['audit', ...GOOD], {}, /audit prints the latest actions; it takes no --pace/],
+    ['paces with a limit', ['paces', '--redis', 'redis://127.0.0.1:1', '--limit', '3'], {}, /paces lists every pace; it takes no --limit/],
+    ['an audit limit of 0', ['audit', '--redis', 'redis://127.0.0.1:1', '--limit', '0'], {}, /--limit must be a whole number from 1 to 10000/],
+    ['an empty --by', ['reset', ...GOOD, '--client', 'c', '--by', ''], {}, /--by must name the operator in 1 to 200 printable characters, got ""/],
+    ['list without a pace', ['list', '--redis', 'redis://127.0.0.1:1'], {}, /give --pace NAME/],
+    ['list with a source', ['list', ...GOOD, '--source', '192.0.2.1'], {}, /list takes --pace, and --client for a pair's pace; not --source/],
+    ['list with a bad client', ['list', ...GOOD, '--client', 'a\u0007b'], {}, /client contains non-printable characters/],
+    ['a list limit of 0', ['list', ...GOOD, '--limit', '0'], {}, /--limit must be a whole number from 1 to 10000, got "0"/],
+    ['a limit for another command', ['inspect', ...GOOD, '--client', 'c', '--limit', '5'], {}, /--limit is for list only; inspect takes none/],
     ['a CA file that cannot be read', ['reset', '--pace', 'p', '--client', 'c', '--redis', 'rediss://127.0.0.1:1', '--tls-ca', '/nonexistent/ca.pem'], {}, /--tls-ca: cannot read "\/nonexistent\/ca\.pem" \(ENOENT: no such file or directory/]
   ]
   for (const [what, argv, env, message] of cases) {
@@ -125,13 +135,19 @@ t.test('a Redis that does not answer: exit 1 once --timeout has passed, and no c
  * window in ms), for the CLI's output on a machine without Redis; test/cli-redis.test.ts runs the
  * same commands on a real server.
  */
-function scriptedIoredis (rows: Map<string, number[]>, calls: string[]) {
+function scriptedIoredis (rows: Map<string, number[]>, calls: string[], failAudit = false) {
   class Scripted {
     constructor (readonly target: unknown) {}
     defineCommand (): void {}
     async connect (): Promise<void> {}
     disconnect (): void { calls.push('disconnect') }
     on (): void {}
+    async hgetall (): Promise<Record<string, string>> { return {} }
+    async xadd (): Promise<string> {
+      if (failAudit) throw new Error('NOPERM this user has no permissions to run the \'xadd\' command')
+      return '1-0'
+    }
+
     async exchangepaceInspectBuffer (key: string): Promise<Buffer> {
       calls.push(`inspect ${key}`)
       const bytes = Buffer.alloc(40)
@@ -199,7 +215,7 @@ t.test('inspect, reset and block as a person and a script read them (a scripted 
 
   const blocked = await run('block', '--pace', '/token#source', '--source', '198.51.100.23', '--seconds', '3600')
   t.equal(blocked.stdout, 'blocked /token#source, source 198.51.100.23 for 1 h, until 2026-12-06T04:00:00.000Z: every replica refuses it until then, also while Redis does not answer (one started while Redis does not answer cannot know of it); then its bucket is full.\n' +
-    '  exchangepace reset with the same options lifts it. Redis cannot tell whether an app declares a pace named "/token#source": check it against fastify.pace.names().\n')
+    '  exchangepace reset with the same options lifts it. No catalog was found, so whether an app declares a pace named "/token#source" is not known: check it against fastify.pace.names().\n')
   t.same(JSON.parse((await run('block', '--pace', '/token#source', '--source', '198.51.100.23', '--seconds', '90', '--json', '--cluster')).stdout), {
     action: 'block', pace: '/token#source', keyKind: 'source', key: '198.51.100.23', redisKey: 'exchangepace:/token#source:198.51.100.23', seconds: 90, blockedUntil: '2026-12-06T03:01:30.000Z'
   })
@@ -228,4 +244,12 @@ t.test('bin.ts runs the CLI with the process\'s arguments, and sets the exit cod
   }
   t.same(await run(['--help']), { stdout: USAGE, stderr: '', code: 0 })
   t.match(await run(['unblock']), { stdout: '', stderr: /unknown command "unblock"/, code: 2 })
+})
+
+t.test('an action the audit trail cannot record is done, and says so on stderr', async t => {
+  const calls: string[] = []
+  const out = await cli(['block', '--redis', 'redis://10.0.0.5:6379', '--pace', '/token#source', '--source', '198.51.100.23', '--seconds', '60'], {}, scriptedIoredis(new Map(), calls, true))
+  t.equal(out.code, 0)
+  t.match(out.stdout, /^blocked \/token#source/)
+  t.match(out.stderr, /exchangepace: done, but the audit trail did not record it \(NOPERM this user has no permissions to run the 'xadd' command\)\.\n$/)
 })

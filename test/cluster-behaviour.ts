@@ -123,7 +123,7 @@ export function clusterBehaviour (t: TapTest, cluster: TestCluster): void {
     t.equal(count(statuses, 401), 60, 'every stranger reached client authentication and failed it')
     t.equal(refunds.length, 60, 'each sent its refund')
     await Promise.allSettled(refunds)
-    t.same(await keysPerMaster(client, cluster, `${prefix}*`), [[], [], []], 'every refunded bucket was full again: no key on any master')
+    t.same((await keysPerMaster(client, cluster, `${prefix}*`)).map(keys => keys.filter(key => key !== `${prefix}catalog`)), [[], [], []], 'every refunded bucket was full again: no key on any master but the catalog of paces')
     t.same(await Promise.all(ids.slice(0, 3).map(id => exchange(app, id))), [200, 200, 200], 'the named clients keep their pace')
   })
 

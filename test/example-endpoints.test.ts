@@ -91,7 +91,7 @@ t.test('a device polling faster gets slow_down and nothing else changes', async 
   const after = counts()
   const changed = after.filter(([name, c], i) => JSON.stringify(c) !== JSON.stringify(before[i][1])).map(([name]) => name)
   t.same(changed, ['/token#device_code', '/token#source'], 'the device pace counts a refusal; the source pace, as ever, the request; nothing else moved')
-  t.same(s.app.pace.counts('/token#device_code'), { granted: 1, refused: 1, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
+  t.same(s.app.pace.counts('/token#device_code'), { granted: 1, refused: 1, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
 
   s.at(7000)
   const still = await poll()
@@ -193,7 +193,7 @@ for (const [route, pace, payload] of [
       t.equal(response.json().error, 'invalid_client', method)
       t.notOk(String(response.headers['ratelimit-policy']).includes(`"${pace}"`), `${method}: a stranger does not read ${id}'s quota`)
     }
-    t.same(s.app.pace.counts(pace), { granted: 6, refused: 0, refunded: 3, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 }, 'every failed authentication was refunded to the client it named')
+    t.same(s.app.pace.counts(pace), { granted: 6, refused: 0, refunded: 3, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 }, 'every failed authentication was refunded to the client it named')
     t.equal(s.rows(`${route}#client+source:rejected`), 2, "the guesser's failures are its own, per id it named")
     const conflicting = await s.post(route, { ...payload, client_id: 'analytics' }, { authorization: basic('webapp', 'webapp-secret') })
     t.equal(conflicting.statusCode, 400, 'two declared ids are a 400 before the handler')

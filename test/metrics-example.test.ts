@@ -77,6 +77,18 @@ t.test('what a shared store did not decide is scraped per pace: grants and refus
   t.equal(scraped.get('exchangepace_store_unavailable'), 1)
 })
 
+t.test('the warnings are scraped per pace: shadow refusals and keys near the limit', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { now: () => 0 })
+  app.post('/token', { config: { pace: { limit: 2, window: 60, key: 'client', spend: 'every', shadow: true, warnAt: 0.5 } } }, async () => ({ ok: true }))
+  paceMetrics(app, { register: new Registry() })
+  for (let i = 0; i < 4; i++) await app.inject({ method: 'POST', url: '/token', payload: { client_id: 'reporting' } })
+  const scraped = await scrape(app)
+  const warnings = (warning: string) => scraped.get(`exchangepace_warnings_total{pace="/token",warning="${warning}"}`)
+  t.same([warnings('shadow_refusal'), warnings('near_limit')], [2, 1], 'the first grant spent half: one warning; the third and fourth would have been refused')
+})
+
 t.test('with a shared store, its availability is a gauge', async t => {
   const store = { scope: 'shared by all replicas', outage: 'it holds per replica', unavailable: false, pace: () => { throw new Error('not used') } }
   const app = buildServer({ now: () => 0 })

@@ -92,7 +92,7 @@ t.test('bad input is a 400 invalid_request naming what is wrong, and changes not
   t.equal(before.remaining, 4)
   const cases: Array<[string, string, object, RegExp]> = [
     ['an unknown pace', 'reset', { pace: '/token', client: REPORTING.id }, /no pace is named "\/token"; the paces are/],
-    ['parts that do not fit the pace\'s key', 'reset', { pace: BUDGET, client: REPORTING.id }, /keyed by client\+source: give \{ client, source \}/],
+    ['parts that do not fit the pace\'s key', 'reset', { pace: BUDGET, source: '127.0.0.1' }, /keyed by client\+source: give \{ client, source \}/],
     ['a malformed address', 'reset', { ...who, source: '127.0.0' }, /source must be an IP address/],
     ['a negative block', 'block', { ...who, seconds: -5 }, /a block lasts a number of seconds > 0/],
     ['a block without seconds', 'block', who, /got undefined/],
@@ -106,6 +106,9 @@ t.test('bad input is a 400 invalid_request naming what is wrong, and changes not
     t.match(response.json().error_description, description, what)
   }
   t.same((await admin(app, 'inspect', who)).json(), before, 'nothing changed')
+  const everyAddress = await admin(app, 'reset', { pace: BUDGET, client: REPORTING.id })
+  t.same(everyAddress.json(), { pace: BUDGET, client: REPORTING.id, heldBack: [] }, 'a client alone: every address of it reset')
+  t.equal((await admin(app, 'inspect', who)).json().remaining, 5)
 })
 
 t.test('the admin routes need the admin token, and a guesser spends its own failure budget', async t => {
@@ -140,7 +143,7 @@ t.test('two instances sharing Redis: what the admin routes of one do, the other 
   if (redis === null) return
   const prefix = uniquePrefix('admin')
   t.teardown(async () => { await redis.del(...await redis.keys(`${prefix}*`), `${prefix}none`) })
-  const [a, b] = [await server(t, { store: new RedisStore({ client: redis, prefix }) }), await server(t, { store: new RedisStore({ client: redis, prefix }) })]
+  const [a, b] = [await server(t, { store: new RedisStore({ client: redis, prefix, timeoutMs: 1000 }) }), await server(t, { store: new RedisStore({ client: redis, prefix, timeoutMs: 1000 }) })]
   for (let i = 0; i < 5; i++) t.equal((await token(i % 2 === 0 ? a : b, 'rep-s3cret_2025.v0~')).statusCode, 401)
   t.equal((await token(b, REPORTING.secret)).statusCode, 429, 'five failures over both instances: locked out on both')
   const who = { pace: BUDGET, client: REPORTING.id, source: '127.0.0.1' }
@@ -155,4 +158,16 @@ t.test('two instances sharing Redis: what the admin routes of one do, the other 
   t.match((await admin(a, 'inspect', { pace: '/token#client', client: REPORTING.id })).json(), { remaining: 0, blockedUntil: String })
   await admin(a, 'reset', { pace: '/token#client', client: REPORTING.id })
   t.equal((await token(b, REPORTING.secret)).statusCode, 200, 'reset on a lifts it on b')
+})
+
+t.test('a reset or block through the admin routes is logged with the key and the operator', async t => {
+  const lines: Array<Record<string, unknown>> = []
+  const app = await server(t, { logger: { level: 'info', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
+  t.equal((await admin(app, 'block', { pace: '/token#source', source: '192.0.2.5', seconds: 60, by: 'alice@ops' })).statusCode, 200)
+  t.equal((await admin(app, 'reset', { pace: '/token#source', source: '192.0.2.5' })).statusCode, 200)
+  const operated = lines.filter(line => String(line.msg).startsWith('exchangepace: operator'))
+  t.match(operated, [
+    { pace: '/token#source', key: '192.0.2.5', action: 'blocked', by: 'alice@ops' },
+    { pace: '/token#source', key: '192.0.2.5', action: 'reset', by: 'admin route from 127.0.0.1' }
+  ])
 })

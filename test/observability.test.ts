@@ -52,9 +52,9 @@ t.test('fastify.pace counts what each pace granted, refused, refunded and found 
   await post(app, 'right-secret') // refused by the client pace: the pair's unit goes back
   await post(app, 'guess-1') // refused by the client pace again
   await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'a'], ['client_id', 'b']) }) // a repeated id: 400
-  t.same({ ...app.pace.counts('/token#client+source:rejected') }, { granted: 3, refused: 0, refunded: 3, invalid: 1, grantedWithoutStore: 0, refusedWithoutStore: 0 })
-  t.same({ ...app.pace.counts('/token#client') }, { granted: 1, refused: 2, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
-  t.same({ ...app.pace.counts('/token#source') }, { granted: 4, refused: 0, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
+  t.same({ ...app.pace.counts('/token#client+source:rejected') }, { granted: 3, refused: 0, refunded: 3, invalid: 1, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
+  t.same({ ...app.pace.counts('/token#client') }, { granted: 1, refused: 2, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
+  t.same({ ...app.pace.counts('/token#source') }, { granted: 4, refused: 0, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
   t.equal(app.pace.counts('/nothing'), undefined)
   const counts = app.pace.counts('/token#client')!
   await post(app, 'right-secret')
@@ -89,6 +89,7 @@ t.test('log lines: a refusal and a malformed key at info, a refund at debug; the
       [[30, '/token#client', 'client', 1000, logClientIds ? 'victim' : undefined]], `logClientIds ${logClientIds}: the refusal at info`)
     t.ok(refused[0].reqId !== undefined, 'through the request\'s logger')
     const refunds = ours.filter(line => line.msg === 'exchangepace: unit refunded')
+    t.same(refunds.map(line => line.source), [undefined, '203.0.113.9', '203.0.113.9'], 'a pair\'s address is logged whatever logClientIds says')
     t.same(refunds.map(line => [line.level, line.pace, line.outcome, line.key]), [
       [20, '/token#client', 'rejected', logClientIds ? 'victim' : undefined],
       [20, '/token#client+source:rejected', 'accepted', logClientIds ? 'victim @ 203.0.113.9' : undefined],
@@ -137,4 +138,11 @@ t.test('onEvent and logClientIds are checked when the plugin registers', async t
   ] as const) {
     await t.rejects(build(t, options, () => {}), { name: 'TypeError', message })
   }
+})
+
+t.test('a failure budget\'s refusal logs the address of the pair, and the client id only under logClientIds', async t => {
+  const { app, lines } = await tokenApp(t)
+  for (let i = 0; i < 3; i++) await post(app, `guess-${i}`)
+  const refused = lines.filter(line => line.msg === 'exchangepace: refused, the pace is spent')
+  t.same(refused.map(line => [line.pace, line.source, line.key]), [['/token#client+source:rejected', '203.0.113.9', undefined]])
 })

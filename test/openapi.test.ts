@@ -27,7 +27,7 @@ t.test('the token route states its five paces, their keys, and that they are per
   const { spec } = await openapi(t)
   const token = spec.paths['/token'].post
   t.match(token.description, /^Issues access tokens for the client_credentials grant/, 'the route keeps its own description first')
-  t.match(token.description, `5 requests per second per declared client id except for grant_type ${DEVICE_GRANT} (rejected exchanges are refunded)`)
+  t.match(token.description, `5 requests per second per declared client id, or the client's registered rate except for grant_type ${DEVICE_GRANT} (rejected exchanges are refunded)`)
   t.match(token.description, '1 request per 5 seconds per device code (every request counts)')
   t.match(token.description, '50 requests per second per source address (every request counts)')
   t.match(token.description, '5 failed client authentications per hour per declared client id and source address (accepted exchanges are refunded)')
@@ -39,7 +39,7 @@ t.test('the token route states its five paces, their keys, and that they are per
       { name: '/token#device_code', perSecond: 0.2, limit: 1, window: 5, key: 'device code', spend: 'every' },
       { name: '/token#client+source:rejected', perSecond: 5 / 3600, limit: 5, window: 3600, key: 'declared client id and source address', spend: 'rejected' },
       { name: '/token#source:rejected', perSecond: 100 / 86400, limit: 100, window: 86400, key: 'source address', spend: 'rejected' },
-      { name: '/token#client', perSecond: 5, limit: 5, window: 1, key: 'declared client id', spend: 'accepted' },
+      { name: '/token#client', perSecond: 5, limit: 5, window: 1, key: 'declared client id', spend: 'accepted', ownRates: true },
       { name: '/token#source', perSecond: 50, limit: 50, window: 1, key: 'source address', spend: 'every' }
     ]
   }, '@fastify/swagger copies the x- key of the route schema onto the operation')

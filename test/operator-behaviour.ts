@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { PaceEvent, PaceRouteOptions } from '../lib/index.js'
+import { hostname } from 'node:os'
+import { secretKey, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 
 /**
@@ -137,7 +138,7 @@ export function operatorBehaviour (t: TapTest, setup: OperatorSetup): void {
     const pair = { client: 'victim', source: HOME }
     const cases: Array<[Promise<unknown>, RegExp]> = [
       [a.pace.inspect('/nowhere', pair), /no pace is named "\/nowhere"; the paces are "\/token#client\+source:rejected", "\/token#client"/],
-      [a.pace.reset(FAILURES_NAME, { client: 'victim' }), /is keyed by client\+source: give \{ client, source \}, got \{"client":"victim"\}/],
+      [a.pace.reset(FAILURES_NAME, { source: HOME }), /is keyed by client\+source: give \{ client, source \}, got \{"source":"198\.51\.100\.7"\}/],
       [a.pace.reset(FAILURES_NAME, { client: 'victim', source: HOME, key: 'x' }), /give \{ client, source \}/],
       [a.pace.reset(EXCHANGES_NAME, null as never), /is keyed by client: give \{ client \}, got null/],
       [a.pace.reset(FAILURES_NAME, { client: 'victim', source: '203.0.113.300' }), /source must be an IP address, or an IPv6 prefix \/64 as the logs show it; got "203.0.113.300"/],
@@ -169,17 +170,70 @@ export function operatorBehaviour (t: TapTest, setup: OperatorSetup): void {
       const log: Array<Record<string, unknown>> = []
       const events: Array<[PaceEvent, unknown]> = []
       const app = await tokenReplica(t, { ...setup.options(`${t.name} ${String(logClientIds)}`), logClientIds, onEvent: (event: PaceEvent, request: unknown) => { events.push([event, request]) } }, log)
-      await app.pace.reset(FAILURES_NAME, { client: 'victim', source: HOME })
+      await app.pace.reset(FAILURES_NAME, { client: 'victim', source: HOME }, { by: 'alice@ops' })
       await app.pace.block(EXCHANGES_NAME, { client: 'victim' }, 90)
-      const lines = log.filter(line => line.action !== undefined).map(({ level, pace, keyKind, key, action, blockedMs, msg }) => ({ level, pace, keyKind, key, action, blockedMs, msg }))
+      const lines = log.filter(line => line.action !== undefined).map(({ level, pace, keyKind, key, source, action, blockedMs, by, host, msg }) => ({ level, pace, keyKind, key, source, action, blockedMs, by, host, msg }))
+      const victim = logClientIds ? 'victim' : `sha256:${secretKey('victim')}`
       t.same(lines, [
-        { level: 30, pace: FAILURES_NAME, keyKind: 'client+source', key: logClientIds ? `victim @ ${HOME}` : undefined, action: 'reset', blockedMs: undefined, msg: 'exchangepace: operator reset a key' },
-        { level: 30, pace: EXCHANGES_NAME, keyKind: 'client', key: logClientIds ? 'victim' : undefined, action: 'blocked', blockedMs: 90_000, msg: 'exchangepace: operator blocked a key' }
-      ])
+        { level: 30, pace: FAILURES_NAME, keyKind: 'client+source', key: `${victim} @ ${HOME}`, source: HOME, action: 'reset', blockedMs: undefined, by: 'alice@ops', host: hostname(), msg: 'exchangepace: operator reset a key' },
+        { level: 30, pace: EXCHANGES_NAME, keyKind: 'client', key: victim, source: undefined, action: 'blocked', blockedMs: 90_000, by: 'fastify.pace', host: hostname(), msg: 'exchangepace: operator blocked a key' }
+      ], 'the key and the operator named; a client id only as its hash without logClientIds')
+      if (!logClientIds) t.notOk(JSON.stringify(log).includes('"victim'), 'no client id in the log')
       t.same(events, [
         [{ type: 'reset', name: FAILURES_NAME, keyKind: 'client+source', key: `victim\u001f${HOME}`, outcome: null, retryAfterMs: 0 }, null],
         [{ type: 'blocked', name: EXCHANGES_NAME, keyKind: 'client', key: 'victim', outcome: null, retryAfterMs: 90_000 }, null]
       ])
     }
+  })
+
+  t.test('list: the keys held back, least remaining first, each by its parts; a client\'s pairs, and a limit', async t => {
+    const { a, b } = await replicas(t)
+    const ELSEWHERE = '203.0.113.50'
+    for (let i = 0; i < 5; i++) await exchange(b, false, 'victim', HOME)
+    for (let i = 0; i < 2; i++) await exchange(b, false, 'victim', ELSEWHERE)
+    await exchange(b, false, 'other', HOME)
+    const victimHome = { who: { client: 'victim', source: HOME }, remaining: 0, retryAfterMs: 720_000, fullInMs: 3_600_000, blockedUntil: null }
+    const victimElsewhere = { who: { client: 'victim', source: ELSEWHERE }, remaining: 3, retryAfterMs: 0, fullInMs: 1_440_000, blockedUntil: null }
+    const otherHome = { who: { client: 'other', source: HOME }, remaining: 4, retryAfterMs: 0, fullInMs: 720_000, blockedUntil: null }
+    t.same(await a.pace.list(FAILURES_NAME), [victimHome, victimElsewhere, otherHome])
+    t.same(await a.pace.list(FAILURES_NAME, { limit: 2 }), [victimHome, victimElsewhere])
+    t.same(await a.pace.list(FAILURES_NAME, { client: 'victim' }), [victimHome, victimElsewhere], 'every address of one client')
+    t.same(await a.pace.list(EXCHANGES_NAME), [], 'the exchanges were refunded: nothing held back')
+    await a.pace.block(EXCHANGES_NAME, { client: 'other' }, 60)
+    const [blocked, ...rest] = await a.pace.list(EXCHANGES_NAME)
+    t.same({ ...blocked, blockedUntil: null }, { who: { client: 'other' }, remaining: 0, retryAfterMs: 60_000, fullInMs: 60_000, blockedUntil: null })
+    t.type(blocked.blockedUntil, Date)
+    t.same(rest, [])
+    setup.advance(3_600_000)
+    t.same(await a.pace.list(FAILURES_NAME), [], 'an hour on, every bucket is full again')
+  })
+
+  t.test('reset with { client } on a pair pace gives back every address\'s budget of that client, and no one else\'s', async t => {
+    const { a, b } = await replicas(t)
+    for (const source of [HOME, '203.0.113.50', '2001:db8:1:2::7']) for (let i = 0; i < 5; i++) await exchange(b, false, 'victim', source)
+    for (let i = 0; i < 5; i++) await exchange(b, false, 'other', HOME)
+    t.equal((await a.pace.list(FAILURES_NAME, { client: 'victim' })).length, 3)
+    await a.pace.reset(FAILURES_NAME, { client: 'victim' })
+    t.same(await a.pace.list(FAILURES_NAME), [{ who: { client: 'other', source: HOME }, remaining: 0, retryAfterMs: 720_000, fullInMs: 3_600_000, blockedUntil: null }])
+    for (const source of [HOME, '203.0.113.50', '2001:db8:1:2::7']) t.equal((await exchange(b, true, 'victim', source)).status, 200, `victim from ${source}`)
+    t.equal((await exchange(b, true, 'other', HOME)).status, 429)
+  })
+
+  t.test('list refuses what it cannot do, with a TypeError', async t => {
+    const { a } = await replicas(t)
+    await t.rejects(a.pace.list('/nothing'), /no pace is named "\/nothing"/)
+    for (const limit of [0, 1.5, 10_001]) await t.rejects(a.pace.list(FAILURES_NAME, { limit }), /list's limit must be an integer from 1 to 10000/)
+    await t.rejects(a.pace.list(EXCHANGES_NAME, { client: 'victim' }), /pace "\/token#client" is keyed by client: list takes \{ client \} on a pace keyed by client\+source only/)
+    await t.rejects(a.pace.list(FAILURES_NAME, { client: 'vic\u0001tim' }), TypeError)
+    await t.rejects(a.pace.reset(FAILURES_NAME, { client: 'vic\u0001tim' }), TypeError)
+  })
+
+  t.test('by must name the operator: a TypeError otherwise, and nothing done', async t => {
+    const { a } = await replicas(t)
+    for (const by of ['', 'x'.repeat(201), 'a\u0000b', 7]) {
+      await t.rejects(a.pace.block(EXCHANGES_NAME, { client: 'victim' }, 60, { by: by as string }), /by must be a string of 1 to 200 printable characters/)
+      await t.rejects(a.pace.reset(EXCHANGES_NAME, { client: 'victim' }, { by: by as string }), TypeError)
+    }
+    t.same(await a.pace.inspect(EXCHANGES_NAME, { client: 'victim' }), { remaining: 5, retryAfterMs: 0, fullInMs: 0, blockedUntil: null })
   })
 }

@@ -23,4 +23,19 @@ if (client !== null) {
     shared: true,
     hasRow: async (scope, _app, name, key) => await client.exists(`${prefix}${scope}:${redisPaceName(name)}:${key}`) === 1
   })
+
+  t.test('list on Redis matches the pace\'s own keys only, whatever characters its name holds', async t => {
+    const { default: Fastify } = await import('fastify')
+    const { exchangePace } = await import('../lib/index.js')
+    const app = Fastify()
+    t.teardown(() => app.close())
+    // A connection of its own: the file's client runs the scripts on the test's clock.
+    const own = client.duplicate()
+    t.teardown(() => own.quit())
+    await app.register(exchangePace, { store: new RedisStore({ client: own, prefix: `${prefix}glob:`, timeoutMs: 1000 }) })
+    for (const name of ['a*', 'ab', 'a[b]', 'a\\b', 'a?']) app.post(`/${encodeURIComponent(name)}`, { config: { pace: { perSecond: 5, key: 'client', spend: 'every', name } } }, async () => 'ok')
+    await app.ready()
+    for (const name of ['a*', 'ab', 'a[b]', 'a\\b', 'a?']) await app.pace.block(name, { client: name }, 60)
+    for (const name of ['a*', 'ab', 'a[b]', 'a\\b', 'a?']) t.same((await app.pace.list(name)).map(entry => entry.who.client), [name], name)
+  })
 }

@@ -59,6 +59,41 @@ t.test('a pace keyed by a device code is given by the hash the logs show, never 
   t.equal(await poll(), 200)
 })
 
+t.test('list gives a key once when a change of its rate left it a row at each rate, the one with least remaining', async t => {
+  const { build } = await import('./shared-behaviour.js')
+  const rates = new Map<string, number>()
+  const app = await build(t, { now: () => 0 }, app => {
+    app.post('/token', { config: { pace: { limit: 5, window: 60, key: 'client', spend: 'every', rateOf: id => rates.get(id) } } }, async () => 'ok')
+  })
+  const post = () => app.inject({ method: 'POST', url: '/token', payload: { client_id: 'c' } })
+  for (let i = 0; i < 4; i++) await post()
+  rates.set('c', 10)
+  await post()
+  t.match(await app.pace.list('/token'), [{ who: { client: 'c' }, remaining: 1 }])
+  rates.delete('c')
+  t.match(await app.pace.list('/token'), [{ who: { client: 'c' }, remaining: 1 }], 'whichever lane is asked first')
+})
+
+t.test('an action the store\'s audit trail cannot record is taken all the same, with a warning', async t => {
+  const resets: string[] = []
+  const store: PaceStore = {
+    scope: 'shared by a store of the test\'s',
+    outage: 'nothing changes',
+    pace: () => ({ reserve: async () => ({ granted: true, remaining: 7, retryAfterMs: 0, refund () {} }) }),
+    reset: async (_name, key) => { resets.push(key) },
+    audit: async () => { throw new Error('NOPERM xadd') }
+  }
+  const lines: Array<Record<string, any>> = []
+  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store })
+  app.get('/authorize', { config: { pace: { perSecond: 9, key: 'source', spend: 'every' } } }, async () => 'ok')
+  await app.ready()
+  await app.pace.reset('/authorize', { source: '192.0.2.1' }, { by: 'alice' })
+  t.same(resets, ['192.0.2.1'])
+  t.match(lines, [{ level: 40, pace: '/authorize', action: 'reset', err: { message: 'NOPERM xadd' }, msg: 'exchangepace: the operator\'s action was taken, but the store\'s audit trail did not record it' }])
+})
+
 t.test('an app with no paced route says so when asked for a pace', async t => {
   const app = Fastify()
   t.teardown(() => app.close())

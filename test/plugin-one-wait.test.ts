@@ -121,8 +121,8 @@ t.test('the refusal answered is the first in the route\'s order, the others\' un
   asked[3].answer()
   asked[2].answer()
   t.match((await both).json(), { error_description: /first pace/ })
-  t.same(shared.pace.counts('first'), { granted: 1, refused: 1, refunded: 1, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 }, 'one refusal counted, the one answered')
-  t.same(shared.pace.counts('second'), { granted: 0, refused: 1, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
+  t.same(shared.pace.counts('first'), { granted: 1, refused: 1, refunded: 1, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 }, 'one refusal counted, the one answered')
+  t.same(shared.pace.counts('second'), { granted: 0, refused: 1, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
 })
 
 t.test('a source pace that refuses in onRequest is answered from preHandler with the in-memory 429, the later paces\' units given back', async t => {
@@ -171,7 +171,7 @@ t.test('a request answered before its preHandler (a validation error) keeps its 
   t.equal(second.headers.ratelimit, undefined, 'the store had not answered: nothing to show')
   asked[1].answer()
   await tick()
-  t.same(app.pace.counts('/authorize#source'), { granted: 2, refused: 0, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 }, 'the late unit is held and counted, never refunded')
+  t.same(app.pace.counts('/authorize#source'), { granted: 2, refused: 0, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 }, 'the late unit is held and counted, never refunded')
   t.equal(app.pace.get('/authorize#source')!.size, 1, 'one row: the source\'s two units')
   t.equal(asked.length, 2, 'the client pace was never asked')
 })

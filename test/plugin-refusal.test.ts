@@ -34,7 +34,7 @@ t.test('a device polling faster than its interval gets 400 slow_down, before the
   t.equal(fast.headers['cache-control'], 'no-store')
   t.equal(fast.headers.ratelimit, '"/token";r=0;t=5')
   t.equal(handled(), 1, 'the handler never saw the fast poll')
-  t.same(app.pace.counts('/token'), { granted: 1, refused: 1, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
+  t.same(app.pace.counts('/token'), { granted: 1, refused: 1, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
 })
 
 t.test("a refusal's parts left out keep the plugin's own; its headers are added", async t => {

@@ -63,7 +63,7 @@ if (client !== null) {
     const random = await Promise.all(Array.from({ length: 200 }, (_, i) => exchange(app, `random-${i}`, 'guess')))
     t.ok(random.every(r => r.statusCode === 401))
     await client.ping()
-    t.same(await client.keys(`${prefix}*`), [], 'every refunded bucket was full again: no key')
+    t.same((await client.keys(`${prefix}*`)).filter(key => key !== `${prefix}catalog`), [], 'every refunded bucket was full again: no key')
     const owner = await Promise.all(Array.from({ length: 5 }, () => exchange(app, 'reporting')))
     t.same(owner.map(r => r.statusCode), [200, 200, 200, 200, 200], 'the client still has its whole second')
     t.equal(owner[0].headers.ratelimit, '"/token";r=4;t=1', 'the client reads its own quota')

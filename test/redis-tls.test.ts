@@ -138,7 +138,8 @@ if (certs !== null) {
         await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'webapp']) })
         const second = await app.inject({ method: 'POST', url: '/token', ...form(['client_id', 'webapp']) })
         t.equal(second.statusCode, 200, `${what}: requests are answered`)
-        t.same(log.filter(line => line.level === 40), [], `${what}: nothing says Redis is unavailable`)
+        // A user denied its keys cannot write the catalog either: that is said, as a warning of its own.
+        t.same(log.filter(line => line.level === 40 && !String(line.msg).startsWith('exchangepace: the store did not record the catalog')), [], `${what}: nothing says Redis is unavailable`)
       }
       const user = `lacking-${++stores}`
       await run(admin, `${lines.alone.replace(`SETUSER ${USER} `, `SETUSER ${user} `)} -evalsha`)
@@ -152,7 +153,7 @@ if (certs !== null) {
       await run(admin, `${lines.alone.replace(`SETUSER ${USER} `, `SETUSER ${cliUser} `)} -publish`)
       const blocked = await cli('block', '--pace', '/token', '--client', 'webapp', '--seconds', '60', '--prefix', `exchangepace:${cliUser}:`, '--redis', url(cliUser), '--tls-ca', certs.caFile)
       t.same({ code: blocked.code, stdout: blocked.stdout }, { code: 1, stdout: '' })
-      t.match(blocked.stderr, /^exchangepace: the key is blocked in Redis, but telling the replicas failed \(ERR The user executing the script can't run this command or subcommand/, 'the CLI says what Redis denied')
+      t.match(blocked.stderr, /(^|\n)exchangepace: the key is blocked in Redis, but telling the replicas failed \(ERR The user executing the script can't run this command or subcommand/, 'the CLI says what Redis denied')
     })
   })
 

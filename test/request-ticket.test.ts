@@ -38,7 +38,7 @@ t.test('an unpaced route\'s ticket is inert: not paced, holding nothing, never s
   t.equal(plain.headers.ratelimit, undefined, 'and writes no quota header')
   t.equal((await post(app, '/token')).statusCode, 200, 'the paced route\'s unit is untouched')
   t.equal((await post(app, '/token')).statusCode, 429)
-  t.same(app.pace.counts('/token'), { granted: 1, refused: 1, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
+  t.same(app.pace.counts('/token'), { granted: 1, refused: 1, refunded: 0, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
 })
 
 t.test('an inert ticket still checks the outcome it is given', async t => {
@@ -108,7 +108,7 @@ t.test('an error handler shared by every route sets the outcome without a check'
   t.equal(unvalidated.headers.ratelimit, undefined, 'with no quota to state')
   t.same((await post(app, '/token')).json(), { error: 'invalid', paced: true, held: 1 })
   t.equal((await post(app, '/token')).statusCode, 401, 'refunded: the client still has its unit')
-  t.same(app.pace.counts('/token'), { granted: 2, refused: 0, refunded: 2, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0 })
+  t.same(app.pace.counts('/token'), { granted: 2, refused: 0, refunded: 2, invalid: 0, grantedWithoutStore: 0, refusedWithoutStore: 0, shadowRefused: 0, nearLimit: 0 })
 })
 
 t.test('a request no route matched has an inert ticket in the not-found handler', async t => {

@@ -273,6 +273,15 @@ export class Pace {
   }
 
   /**
+   * The keys that have a row, for an operator's list: each may read full (a row whose time has
+   * come, kept for its key's next call), which `inspect` tells. No reserve may run while they are
+   * read.
+   */
+  keys (): IterableIterator<string> {
+    return this.#table.keys()
+  }
+
+  /**
    * What `key`'s bucket holds now, for an operator: whole units left, the wait until the next
    * unit, the time until the bucket is full again, and the time left of a block (0 when none).
    * Looking changes nothing and creates no row.

@@ -52,6 +52,11 @@ export class SlotTable {
     return this.#doubles.length >> 2
   }
 
+  /** The keys held, in insertion order. The table must not change while they are read. */
+  keys (): IterableIterator<string> {
+    return this.#slotOf.keys()
+  }
+
   /** The slot of `key`, or -1 when the key has no row. Does not change the table. */
   slot (key: string): number {
     const slot = this.#slotOf.get(key)

@@ -1,3 +1,4 @@
+import type { NearLimit } from '../bucket/near-limit.js'
 import type { Observed } from './observer.js'
 import { QuotaItems } from './quota-headers.js'
 import type { PaceRegistry } from '../paces/registry.js'
@@ -15,6 +16,10 @@ export interface BoundPace extends Observed {
   readonly lane: Lane
   /** Whether keys may have rates of their own (`rateOf`): then `named.laneOf(key)` gives a key's lane. */
   readonly rated: boolean
+  /** The pace is in shadow: a refusal is reported and the request goes on. */
+  readonly shadow: boolean
+  /** The pace's early warnings, or null without `warnAt`. */
+  readonly nearLimit: NearLimit | null
   readonly readKey: KeyReader
   /** The declared rate's header items. */
   readonly quota: QuotaItems
@@ -52,6 +57,8 @@ export function bindPace (rule: PaceRule, route: string, binding: Binding): Boun
     named,
     lane: named.declared,
     rated: rule.rateOf !== undefined,
+    shadow: named.shadow,
+    nearLimit: named.nearLimit,
     readKey: binding.readers.of(rule, route),
     quota,
     quotaOf: lane => {

@@ -53,6 +53,12 @@ export interface ExchangePaceOptions {
    * `'accepted'`.
    */
   outcomeOf?: OutcomeOf | undefined
+  /**
+   * Every pace in shadow, unless it says `shadow: false`: refusals are counted, logged and told to
+   * `onEvent`, not enforced (see `PaceRouteOptions.shadow`). For trying new paces on live traffic.
+   * Default: false.
+   */
+  shadow?: boolean | undefined
 }
 
 /** Whether `clientId`, declared by `request` and not yet verified, names a registered client. Synchronous. */
@@ -92,6 +98,7 @@ export interface CheckedOptions {
   readonly isClient: IsClient | undefined
   readonly maxKeys: number
   readonly outcomeOf: OutcomeOf | undefined
+  readonly shadow: boolean
 }
 
 /** The body of a 429 unless `errorResponseBuilder` builds another: RFC 6749's error object. */
@@ -104,7 +111,7 @@ function refusalBody (_request: FastifyRequest, refusal: PaceRefusal): object {
 
 /** Checks the plugin's options and fills in defaults. Throws a TypeError naming the option and the value. */
 export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
-  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false, isClient, maxKeys = 100_000, outcomeOf } = options
+  const { now, ipv6Subnet = 64, maxKeyLength = 255, errorResponseBuilder = refusalBody, store, onEvent, logClientIds = false, isClient, maxKeys = 100_000, outcomeOf, shadow = false } = options
   if (now !== undefined && typeof now !== 'function') throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
   if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) throw new TypeError(`exchangepace: ipv6Subnet must be an integer from 1 to 128, got ${String(ipv6Subnet)}`)
   if (!Number.isInteger(maxKeyLength) || maxKeyLength < 1) throw new TypeError(`exchangepace: maxKeyLength must be an integer >= 1, got ${String(maxKeyLength)}`)
@@ -117,5 +124,6 @@ export function checkOptions (options: ExchangePaceOptions): CheckedOptions {
   if (isClient !== undefined && typeof isClient !== 'function') throw new TypeError(`exchangepace: isClient must be a function (clientId, request) => boolean, got ${typeof isClient}`)
   if (maxKeys !== Infinity && (!Number.isInteger(maxKeys) || maxKeys < 1)) throw new TypeError(`exchangepace: maxKeys must be an integer >= 1 or Infinity, got ${String(maxKeys)}`)
   if (outcomeOf !== undefined && typeof outcomeOf !== 'function') throw new TypeError(`exchangepace: outcomeOf must be a function, got ${typeof outcomeOf}`)
-  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds, isClient, maxKeys, outcomeOf }
+  if (typeof shadow !== 'boolean') throw new TypeError(`exchangepace: shadow must be a boolean, got ${typeof shadow}`)
+  return { now, ipv6Subnet, maxKeyLength, errorResponseBuilder, store, onEvent, logClientIds, isClient, maxKeys, outcomeOf, shadow }
 }

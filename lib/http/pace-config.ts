@@ -26,13 +26,15 @@ interface PaceFieldHelp {
   rateOf: 'a function (key) => number | undefined'
   refusal: '{ statusCode, body, headers } or a function (request, refusal) returning one'
   exceptGrantTypes: 'an array of grant_type values'
+  shadow: 'a boolean'
+  warnAt: 'a share of the bucket, above 0 and at most 1'
 }
 
 /** The type a wrong field is given: an object no value of the field is, whose one property is the message. */
 type PaceFieldError<Message extends string> = { readonly [Said in Message]: true }
 
 /** The fields, as a message lists them. */
-type FieldList = 'perSecond, limit, window, key, spend, name, rateOf, refusal, exceptGrantTypes'
+type FieldList = 'perSecond, limit, window, key, spend, name, rateOf, refusal, exceptGrantTypes, shadow, warnAt'
 
 /** The fields of `Written` that are not a pace's, or hold what their field does not take. */
 type WrongFields<Written> = {

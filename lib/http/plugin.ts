@@ -66,7 +66,7 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     const config = routeOptions.config?.pace
     if (config === undefined) return
     const route = `${String(routeOptions.method)} ${routeOptions.url}`
-    const rules = paceRules(config, route, paceUrl(routeOptions))
+    const rules = paceRules(config, route, paceUrl(routeOptions), checked.shadow)
     const bound = rules.map(rule => bindPace(rule, route, binding))
     pacedBySource ||= rules.some(rule => rule.key === 'source')
     addHooks(routeOptions, bound.filter(b => b.rule.early), bound.filter(b => !b.rule.early), answering, settleHooks)
@@ -80,6 +80,17 @@ function exchangePacePlugin (fastify: FastifyInstance, options: ExchangePaceOpti
     if (pacedBySource) warnOfTrustProxy(fastify)
     next()
   })
+
+  if (store?.record !== undefined) {
+    const record = store.record.bind(store)
+    fastify.addHook('onReady', async function recordPaces () {
+      try {
+        await record(registry._catalog())
+      } catch (err) {
+        fastify.log.warn({ err }, 'exchangepace: the store did not record the catalog of paces; the CLI cannot check pace names against it until a replica starts while it answers')
+      }
+    })
+  }
 
   done()
 }

@@ -24,6 +24,8 @@ export class QuotaItems {
    * source, its own pair, or a device code or bearer token it holds.
    */
   readonly public: boolean
+  /** The pace is in shadow: it writes no quota headers, since it refuses nothing. */
+  readonly shadow: boolean
   /** `"name";q=10;w=1` */
   readonly policy: string
   /** `"name";r=` */
@@ -51,6 +53,7 @@ export class QuotaItems {
   constructor (rule: PaceRule) {
     const name = sfString(rule.name)
     this.public = rule.key === 'source' || rule.key === 'client+source' || rule.key === 'device_code' || rule.key === 'bearer'
+    this.shadow = rule.shadow
     this.policy = `${name};${quotaPolicy(rule.limit, rule.window)}`
     this.quotaPrefix = `${name};r=`
     this.unitMs = rule.window * 1000 / rule.limit
@@ -100,14 +103,14 @@ export interface QuotaHolding {
  * handler has answered: public quotas always, the others (which a stranger naming a client must
  * not read) only when it was accepted, and a unit that the outcome refunds counts as back in its
  * bucket. Without one (null), the plugin answers before the handler: public quotas only, as
- * taken. A public pace that refused the request, `refusedBy`, is listed last with nothing
+ * taken. A pace in shadow writes none: clients must not slow down for a rate not enforced. A public pace that refused the request, `refusedBy`, is listed last with nothing
  * remaining. A unit counted as back takes one unit's time off the time until full.
  */
 export function writeQuota (reply: HeaderTarget, held: readonly QuotaHolding[], outcome: PaceOutcome | null, refusedBy: RefusedBy | null): void {
   let policy = ''
   let quota = ''
   for (const { quota: items, spend, reservation } of held) {
-    if (outcome !== 'accepted' && !items.public) continue
+    if (items.shadow || (outcome !== 'accepted' && !items.public)) continue
     const refunded = outcome !== null && refundedOn(outcome, spend)
     const { remaining, fullInMs } = reservation
     policy = listItem(policy, items.policy, items.policyList)

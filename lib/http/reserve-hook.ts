@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
+import type { NearLimit } from '../bucket/near-limit.js'
 import type { BoundPace, Holding } from './bound-pace.js'
 import { InvalidRequest } from '../keys/parse.js'
 import type { Observer } from './observer.js'
@@ -124,8 +125,15 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
         return this.#malformed(bound, err as Error)
       }
       const reservation = lane.pace.reserve(key)
-      if (!reservation.granted) return this.#refuse(bound, lane, key, reservation)
+      if (!reservation.granted) {
+        if (bound.shadow) {
+          this.#observer.shadowRefused(request, bound, key, reservation.retryAfterMs)
+          continue
+        }
+        return this.#refuse(bound, lane, key, reservation)
+      }
       bound.counts.granted++
+      if (bound.nearLimit !== null) this.#warn(bound, lane, key, reservation)
       const unit = holding(bound, lane, key, reservation)
       held.push(unit)
       if (unit.spend === 'rejected') this.#fly(unit)
@@ -193,7 +201,10 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
     unit.answer = reservation
     unit.failure = failure
     const granted = reservation !== null && reservation.granted
-    if (granted) unit.bound.counts.granted++
+    if (granted) {
+      unit.bound.counts.granted++
+      if (unit.bound.nearLimit !== null) this.#warn(unit.bound, unit.lane, unit.key, reservation)
+    }
     if (this.settled) {
       if (granted) this._holdLate(holding(unit.bound, unit.lane, unit.key, reservation))
       return
@@ -230,8 +241,10 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
         const got = holding(unit.bound, unit.lane, unit.key, answer)
         held.push(got)
         if (got.spend === 'rejected') this.#fly(got)
-      } else {
+      } else if (answer === null || !unit.bound.shadow) {
         stop ??= unit
+      } else if (stop === null) {
+        this.#observer.shadowRefused(this.#request, unit.bound, unit.key, answer.retryAfterMs)
       }
     }
     this.#resolved = asked.length
@@ -239,6 +252,15 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
     if (stop.answer !== null) return this.#refuse(stop.bound, stop.lane, stop.key, stop.answer)
     this.#giveBack()
     ;(this.#next as HookHandlerDoneFunction)(stop.failure as Error)
+  }
+
+  /**
+   * `lane` of `bound`'s pace, which has `warnAt`, granted `key` with `reservation`: warns when the grant left
+   * that share spent. A store that does not tell when the bucket is full gives it by the units left.
+   */
+  #warn (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): void {
+    const fullInMs = reservation.fullInMs ?? (lane.limit - reservation.remaining) * lane.window * 1000 / lane.limit
+    if ((bound.nearLimit as NearLimit).granted(key, fullInMs)) this.#observer.nearLimit(this.#request, bound, key, fullInMs)
   }
 
   /**

@@ -64,6 +64,21 @@ export type PaceRouteOptions = PaceRate & {
    * not spend their public client's pace. A request that names no grant type is not excepted.
    */
   exceptGrantTypes?: readonly string[] | undefined
+  /**
+   * Decide but do not enforce: a request this pace would refuse goes on to the handler, holding
+   * nothing of it, and is counted (`counts(name).shadowRefused`), logged at info and told to
+   * `onEvent` as `'shadow-refusal'`. Grants and refunds go on as when enforcing, so the bucket
+   * evolves exactly as it would, and turning `shadow` off refuses what the shadow reported. A
+   * shadow pace writes no quota headers. Default: the plugin's `shadow`, itself false.
+   */
+  shadow?: boolean | undefined
+  /**
+   * Warn before refusing: when a grant leaves this share of a key's bucket spent (a number above
+   * 0 and at most 1, e.g. `0.8`), the pace counts it (`counts(name).nearLimit`), logs it at info
+   * and tells `onEvent` (`'near-limit'`), once per key until its bucket is full again (per
+   * replica). Default: none.
+   */
+  warnAt?: number | undefined
 }
 
 /** A pace of one route, checked and with its defaults filled in. */
@@ -83,6 +98,10 @@ export interface PaceRule {
   readonly refusal: RefusalShaper | null
   /** The grant types this pace takes nothing from, or null for none. */
   readonly exceptGrantTypes: readonly string[] | null
+  /** Refusals are reported, not enforced (see `PaceRouteOptions.shadow`). */
+  readonly shadow: boolean
+  /** The share of a bucket spent at which a grant warns, or null for none. */
+  readonly warnAt: number | null
   /**
    * Reserved in onRequest, before the body is read, so that a request failing parsing or
    * validation still spends: a source key spent on every request (the authorization endpoint's
@@ -99,16 +118,16 @@ export function keyKindName (kind: PaceKeyKind): PaceKeyName {
 /** Structured-field strings (RFC 8941) allow printable ASCII only; the name goes into headers. */
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/
 
-const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf', 'refusal', 'exceptGrantTypes']
+const OPTIONS = ['perSecond', 'limit', 'window', 'key', 'spend', 'name', 'rateOf', 'refusal', 'exceptGrantTypes', 'shadow', 'warnAt']
 
 /** Reports a bad option: the route, where the option sits, what was expected and what came; `prefix` starts every error of the route. */
 type Fail = ((option: string, expected: string, value: unknown) => never) & { prefix: string }
 
 /**
- * Checks `config.pace` of the route `route` (e.g. "POST /token") and fills in defaults. Throws a
- * TypeError naming the route, the option and the value.
+ * Checks `config.pace` of the route `route` (e.g. "POST /token") and fills in defaults, `shadow`
+ * the plugin's. Throws a TypeError naming the route, the option and the value.
  */
-export function paceRules (config: unknown, route: string, url: string): PaceRule[] {
+export function paceRules (config: unknown, route: string, url: string, shadow = false): PaceRule[] {
   const prefix = `exchangepace: route ${route}: `
   const fail: Fail = Object.assign((option: string, expected: string, value: unknown): never => {
     throw new TypeError(`${prefix}${option} must be ${expected}, got ${describe(value)}`)
@@ -132,6 +151,9 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
     if (rateOf !== undefined && typeof rateOf !== 'function') fail(`${at}.rateOf`, 'a function (key) => number | undefined', rateOf)
     const name = checkName(options.name, defaultName(url, list.length, key, spend as PaceSpend), at, fail)
     const exceptGrantTypes = checkGrantTypes(options.exceptGrantTypes, at, fail)
+    if (options.shadow !== undefined && typeof options.shadow !== 'boolean') fail(`${at}.shadow`, 'a boolean', options.shadow)
+    const warnAt = options.warnAt
+    if (warnAt !== undefined && !(typeof warnAt === 'number' && warnAt > 0 && warnAt <= 1)) fail(`${at}.warnAt`, 'a number above 0 and at most 1 (a share of the bucket)', warnAt)
     return {
       name,
       ...rate,
@@ -140,6 +162,8 @@ export function paceRules (config: unknown, route: string, url: string): PaceRul
       rateOf: rateOf as RateOf | undefined,
       refusal: refusalShaper(options.refusal, at, prefix, name),
       exceptGrantTypes,
+      shadow: (options.shadow as boolean | undefined) ?? shadow,
+      warnAt: (warnAt as number | undefined) ?? null,
       // A pace that excepts grant types reads the body, which onRequest has not parsed yet.
       early: key === 'source' && spend === 'every' && exceptGrantTypes === null
     }

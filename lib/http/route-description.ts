@@ -42,7 +42,8 @@ function rateSentence (rule: PaceRule): string {
   const unit = amount === 1 ? what.slice(0, -1) : what
   const grants = rule.exceptGrantTypes === null ? '' : ` except for grant_type ${rule.exceptGrantTypes.join(' and ')}`
   const own = rule.rateOf === undefined ? '' : `, or the ${rule.key === 'client' || rule.key === 'client+source' ? "client's registered" : "key's own"} rate`
-  return `${amount} ${unit} per ${windowText(rule.window)} per ${keyDescription(rule)}${own}${grants}${refund}`
+  const shadow = rule.shadow ? ', in shadow (refusals reported, not enforced)' : ''
+  return `${amount} ${unit} per ${windowText(rule.window)} per ${keyDescription(rule)}${own}${grants}${refund}${shadow}`
 }
 
 /**

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs'
+import { userInfo } from 'node:os'
 import { parseArgs } from 'node:util'
 import { MAX_BLOCK_SECONDS } from '../limits.js'
 import type { PaceKeyName } from '../paces/counts.js'
@@ -18,16 +19,8 @@ export class UsageError extends Error {
 /** What the CLI does to one key of one pace. */
 export type CliAction = 'inspect' | 'reset' | 'block'
 
-/** A command line read, with every part checked and the key made as a request's would be. */
-export interface CliCommand {
-  readonly action: CliAction
-  readonly pace: string
-  readonly keyKind: PaceKeyName
-  readonly who: PaceWho
-  /** The key in the pace's table, made by `whoKey` exactly as the plugin makes a request's. */
-  readonly key: string
-  /** How long a block lasts, in seconds; null for inspect and reset. */
-  readonly seconds: number | null
+/** Where the CLI connects, and how it prints: what every command has. */
+export interface CliConnection {
   readonly redis: string
   /** The CA certificate (PEM) the server's was signed with, read from `--tls-ca`; null for the system's CAs. */
   readonly tlsCa: Buffer | null
@@ -36,9 +29,44 @@ export interface CliCommand {
   readonly json: boolean
   /** The longest wait for Redis, to connect and for each command, in ms. */
   readonly timeoutMs: number
+  /** Who acts, for the audit trail: `--by`, default the OS user. */
+  readonly by: string
 }
 
-const ACTIONS: readonly CliAction[] = ['inspect', 'reset', 'block']
+/** A command line read, with every part checked and the key made as a request's would be. */
+export interface CliKeyCommand extends CliConnection {
+  readonly action: CliAction
+  readonly pace: string
+  readonly keyKind: PaceKeyName
+  readonly who: PaceWho
+  /** The key in the pace's table, made by `whoKey` exactly as the plugin makes a request's. */
+  readonly key: string
+  /** How long a block lasts, in seconds; null for inspect and reset. */
+  readonly seconds: number | null
+}
+
+/** `list`: the keys a pace holds back, a client's pairs with `client`, at most `limit`. */
+export interface CliListCommand extends CliConnection {
+  readonly action: 'list'
+  readonly pace: string
+  readonly client: string | null
+  readonly limit: number
+}
+
+/** `audit`: the latest `limit` entries of the audit trail. */
+export interface CliAuditCommand extends CliConnection {
+  readonly action: 'audit'
+  readonly limit: number
+}
+
+/** `paces`: the catalog the apps recorded. */
+export interface CliPacesCommand extends CliConnection {
+  readonly action: 'paces'
+}
+
+export type CliCommand = CliKeyCommand | CliListCommand | CliPacesCommand | CliAuditCommand
+
+const ACTIONS: readonly string[] = ['paces', 'list', 'inspect', 'reset', 'block', 'audit']
 
 const OPTIONS = {
   redis: { type: 'string' },
@@ -54,6 +82,8 @@ const OPTIONS = {
   seconds: { type: 'string' },
   timeout: { type: 'string' },
   json: { type: 'boolean' },
+  limit: { type: 'string' },
+  by: { type: 'string' },
   help: { type: 'boolean', short: 'h' }
 } as const
 
@@ -75,27 +105,53 @@ export function parseCommandLine (argv: readonly string[], env: Readonly<Record<
   if (repeated?.kind === 'option') throw new UsageError(`--${repeated.name} is given twice; give it once`)
   const [action, ...extra] = positionals
   if (action === undefined) throw new UsageError(`give a command: ${ACTIONS.join(', ')}`)
-  if (!ACTIONS.includes(action as CliAction)) throw new UsageError(`unknown command ${JSON.stringify(action)}; the commands are ${ACTIONS.join(', ')}`)
+  if (!ACTIONS.includes(action)) throw new UsageError(`unknown command ${JSON.stringify(action)}; the commands are ${ACTIONS.join(', ')}`)
   if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}; options start with --`)
+  const connection: CliConnection = connectionOf(values, env)
+  if (action === 'paces' || action === 'audit') {
+    const extraOption = (['pace', 'client', 'source', 'key', 'seconds', ...(action === 'paces' ? ['limit'] as const : [])] as const).find(option => values[option] !== undefined)
+    if (extraOption !== undefined) throw new UsageError(`${action} ${action === 'paces' ? 'lists every pace' : 'prints the latest actions'}; it takes no --${extraOption}`)
+    if (action === 'paces') return { action, ...connection }
+    return { action, limit: integer('--limit', values.limit ?? '20', 1, 10_000), ...connection }
+  }
   const pace = values.pace
-  if (pace === undefined || pace === '') throw new UsageError('give --pace NAME, the pace\'s name in the app (fastify.pace.names(); by default a route\'s URL, such as /token#client)')
+  if (pace === undefined || pace === '') throw new UsageError('give --pace NAME, the pace\'s name in the app (exchangepace paces lists them; by default a route\'s URL, such as /token#client)')
+  if (action === 'list') {
+    const extraOption = (['source', 'key', 'seconds'] as const).find(option => values[option] !== undefined)
+    if (extraOption !== undefined) throw new UsageError(`list takes --pace, and --client for a pair's pace; not --${extraOption}`)
+    const client = values.client === undefined ? null : keyOf(pace, values).who.client as string
+    return { action, pace, client, limit: integer('--limit', values.limit ?? '100', 1, 10_000), ...connection }
+  }
+  if (values.limit !== undefined) throw new UsageError(`--limit is for list only; ${action} takes none`)
   const seconds = blockSeconds(action as CliAction, values.seconds)
   const { keyKind, who, key } = keyOf(pace, values)
+  return { action: action as CliAction, pace, keyKind, who, key, seconds, ...connection }
+}
+
+/** Where to connect and how to print, checked. */
+function connectionOf (values: Values, env: Readonly<Record<string, string | undefined>>): CliConnection {
   const redis = redisUrl(values.redis ?? env.REDIS_URL)
   return {
-    action: action as CliAction,
-    pace,
-    keyKind,
-    who,
-    key,
-    seconds,
     redis,
     tlsCa: tlsCa(values['tls-ca'], redis),
     cluster: values.cluster === true,
     prefix: values.prefix ?? 'exchangepace:',
     json: values.json === true,
-    timeoutMs: number('--timeout', values.timeout ?? '5', 0.001, 600) * 1000
+    timeoutMs: number('--timeout', values.timeout ?? '5', 0.001, 600) * 1000,
+    by: operator(values.by)
   }
+}
+
+/** Who acts: `--by`, or the OS user; a name of 1 to 200 printable characters. */
+function operator (given: string | undefined): string {
+  const by = given ?? osUser()
+  if (!/^[\x20-\x7e\u00a0-\uffff]{1,200}$/.test(by)) throw new UsageError(`--by must name the operator in 1 to 200 printable characters, got ${JSON.stringify(by)}`)
+  return by
+}
+
+/** The OS user running the CLI (`userInfo` throws where the system has no name for it: give --by there). */
+function osUser (): string {
+  return userInfo().username
 }
 
 function readArgs (argv: readonly string[]) {

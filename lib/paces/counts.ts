@@ -24,4 +24,8 @@ export class PaceCounts {
    * without a store.
    */
   refusedWithoutStore = 0
+  /** Requests a pace in shadow would have refused, which went on to the handler (none are in `refused`). */
+  shadowRefused = 0
+  /** Early warnings: grants that left the `warnAt` share of a key's bucket spent, once per key until it is full again. */
+  nearLimit = 0
 }

@@ -1,4 +1,5 @@
-import { Pace, type Clock } from '../bucket/pace.js'
+import { NearLimit } from '../bucket/near-limit.js'
+import { defaultClock, Pace, type Clock } from '../bucket/pace.js'
 import { MAX_QUOTA } from '../limits.js'
 import { ignoreRejection, isThenable } from '../values.js'
 import { PaceCounts, type PaceKeyName } from './counts.js'
@@ -29,6 +30,8 @@ export interface PaceMaking {
   readonly limit: number
   readonly window: number
   readonly rateOf: RateOf | undefined
+  readonly shadow: boolean
+  readonly warnAt: number | null
   readonly now: Clock | undefined
   /** Rows each lane keeps at most in memory (`Pace`'s `maxKeys`). */
   readonly maxKeys: number
@@ -61,7 +64,15 @@ export class NamedPace {
    */
   readonly inFlight = new Map<string, number>()
   readonly rateOf: RateOf | undefined
+  /** Refusals are reported, not enforced. */
+  readonly shadow: boolean
+  readonly warnAt: number | null
+  /** The early warnings of every lane (the share spent is the same whatever the key's rate), or null without `warnAt`. */
+  readonly nearLimit: NearLimit | null
   readonly declared: Lane
+  /** The routes that declare it, and how they spend it: what the catalog records. */
+  readonly routes: string[] = []
+  readonly spends = new Set<string>()
   readonly #making: PaceMaking
   readonly #lanes: Lane[] = []
   readonly #byRate = new Map<number, Lane>()
@@ -73,6 +84,9 @@ export class NamedPace {
     this.name = making.name
     this.keyKind = making.keyKind
     this.rateOf = making.rateOf
+    this.shadow = making.shadow
+    this.warnAt = making.warnAt
+    this.nearLimit = making.warnAt === null ? null : new NearLimit(making.warnAt, making.window, making.now ?? defaultClock)
     this.#making = making
     this.declared = this.#lane(making.limit)
   }

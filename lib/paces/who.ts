@@ -55,6 +55,27 @@ export function whoKey (pace: string, kind: PaceKeyName, who: unknown, making: K
   }
 }
 
+/**
+ * The key prefix of every pair of `who`'s client in a pace keyed by `kind`, when `who` gives the
+ * client alone of a pair pace (`{ client }` on `['client', 'source']`: every address of it); null
+ * for any other `who`, which names one key.
+ */
+export function clientPairs (pace: string, kind: PaceKeyName, who: unknown, making: KeyMaking): string | null {
+  if (kind !== 'client+source' || who === null || typeof who !== 'object') return null
+  const { client, source, key } = who as PaceWho
+  if (client === undefined || source !== undefined || key !== undefined) return null
+  return pairKey(whoKey(pace, 'client', who, making), '')
+}
+
+/** The parts of `key`, a key of a pace keyed by `kind`, as an operator gives them. */
+export function whoOf (kind: string, key: string): PaceWho {
+  if (kind === 'client') return { client: key }
+  if (kind === 'source') return { source: key }
+  if (kind !== 'client+source') return { key }
+  const at = key.indexOf('\u001f')
+  return { client: key.slice(0, at), source: key.slice(at + 1) }
+}
+
 /** A prefix as the source keys of IPv6 addresses read: `2001:db8:1:2::/64`. */
 const PREFIX = /^([0-9A-Fa-f:]+)\/(\d{1,3})$/
 

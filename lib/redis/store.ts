@@ -1,10 +1,12 @@
+import { appendAudit, readAudit, type AuditClient } from './audit.js'
 import { BlockNews } from './block-news.js'
+import { readCatalog, writeCatalog, type CatalogClient } from './catalog.js'
 import { Deadlines } from './deadlines.js'
 import type { Pace } from '../bucket/pace.js'
 import { Outages, type RedisUnavailable, type SlotMap } from './outages.js'
 import { RedisPace } from './pace.js'
 import { defineCommands, redisPaceName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
-import type { PaceBucket, PaceStore, SharedPace, StoredBucket, PaceLog } from '../store.js'
+import type { AuditEntry, PaceBucket, PaceCatalogEntry, PaceStore, SharedPace, StoredBucket, PaceLog } from '../store.js'
 
 export type { RedisClientLike } from './scripts.js'
 
@@ -54,6 +56,7 @@ export class RedisStore implements PaceStore {
   readonly retryMs: number
   readonly whenUnavailable: RedisUnavailable
   readonly #commands: PaceCommands
+  readonly #client: RedisClientLike
   /** @internal The timeout of every reservation waiting for Redis, with one timer. */
   readonly _deadlines: Deadlines
   /** Which masters are unavailable (one, for a client with one server), and when to try them again. */
@@ -77,6 +80,7 @@ export class RedisStore implements PaceStore {
       throw new TypeError(`exchangepace: RedisStore whenUnavailable must be 'fallback', 'open' or 'closed', got ${String(whenUnavailable)}`)
     }
     this.#commands = defineCommands(client)
+    this.#client = client
     this.prefix = prefix
     this.timeoutMs = timeoutMs
     this._deadlines = new Deadlines(timeoutMs)
@@ -95,16 +99,48 @@ export class RedisStore implements PaceStore {
   }
 
   async inspect (name: string, key: string): Promise<StoredBucket> {
-    const reply = await this.#commands.exchangepaceInspectBuffer(this.#key(name, key))
-    const [spentMs, ending, nowMs, limit, windowMs] = [0, 8, 16, 24, 32].map(at => reply.readDoubleLE(at))
-    const blockedMs = Math.max(0, ending - nowMs)
-    return {
-      spentMs,
-      blockedMs,
-      blockedUntil: blockedMs > 0 ? new Date(ending) : null,
-      limit: limit === 0 ? null : limit,
-      windowMs: windowMs === 0 ? null : windowMs
+    return storedBucket(await this.#commands.exchangepaceInspectBuffer(this.#key(name, key)))
+  }
+
+  /**
+   * SCANs every master (the one server of a plain client) for the keys of the pace `name` that
+   * start with `keyPrefix`, a page of up to 1000 at a time, and inspects each page's keys at once
+   * before it asks for the next: the work is spread in pages, never one long command.
+   */
+  async scan (name: string, keyPrefix: string, visit: (key: string, bucket: StoredBucket) => void): Promise<void> {
+    const base = this.#key(name, '')
+    const match = `${globEscaped(base + keyPrefix)}*`
+    const client = this.#client as unknown as ScanningClient
+    const servers = client.isCluster === true ? client.nodes('master') : [client]
+    for (const server of servers) {
+      let cursor = '0'
+      do {
+        const [next, keys] = await server.scan(cursor, 'MATCH', match, 'COUNT', 1000)
+        cursor = next
+        const buckets = await Promise.all(keys.map(redisKey => this.#commands.exchangepaceInspectBuffer(redisKey)))
+        keys.forEach((redisKey, i) => { visit(redisKey.slice(base.length), storedBucket(buckets[i])) })
+      } while (cursor !== '0')
     }
+  }
+
+  /** Writes the app's paces to the catalog (`prefix + 'catalog'`), which the CLI checks its commands against. */
+  async record (paces: readonly PaceCatalogEntry[]): Promise<void> {
+    await writeCatalog(this.#client as unknown as CatalogClient, this.prefix, paces)
+  }
+
+  /** The paces the apps on this store recorded, by name (empty when none did). */
+  async catalog (): Promise<PaceCatalogEntry[]> {
+    return await readCatalog(this.#client as unknown as CatalogClient, this.prefix)
+  }
+
+  /** Appends `entry` to the audit trail, the stream `prefix + 'audit'`, capped at about 10000 entries. */
+  async audit (entry: AuditEntry): Promise<void> {
+    await appendAudit(this.#client as unknown as AuditClient, this.prefix, entry)
+  }
+
+  /** The latest `count` entries of the audit trail, newest first. */
+  async auditTrail (count: number): Promise<AuditEntry[]> {
+    return await readAudit(this.#client as unknown as AuditClient, this.prefix, count)
   }
 
   /** Also lifts the block in this replica's memory, and announces the reset to every replica (see `BlockNews`). */
@@ -195,4 +231,29 @@ export class RedisStore implements PaceStore {
     }
     this.#outages.answered(redisKey, sentIn)
   }
+}
+
+/** A client as `scan` reads it: a server's SCAN, and a Cluster's masters. */
+interface ScanningClient {
+  readonly isCluster?: boolean
+  nodes: (role: 'master') => ScanningClient[]
+  scan: (cursor: string, ...options: Array<string | number>) => Promise<[string, string[]]>
+}
+
+/** The inspect script's reply, read. */
+function storedBucket (reply: Buffer): StoredBucket {
+  const [spentMs, ending, nowMs, limit, windowMs] = [0, 8, 16, 24, 32].map(at => reply.readDoubleLE(at))
+  const blockedMs = Math.max(0, ending - nowMs)
+  return {
+    spentMs,
+    blockedMs,
+    blockedUntil: blockedMs > 0 ? new Date(ending) : null,
+    limit: limit === 0 ? null : limit,
+    windowMs: windowMs === 0 ? null : windowMs
+  }
+}
+
+/** `text` as a SCAN pattern that matches it alone: the glob's special characters escaped. */
+function globEscaped (text: string): string {
+  return text.replace(/[*?[\]\\]/g, '\\$&')
 }

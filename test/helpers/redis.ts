@@ -97,6 +97,18 @@ export class ClockedClient {
     return this.#client.clockedExchangepaceInspectBuffer(key, this.micros())
   }
 
+  xadd (key: string, ...args: string[]): Promise<unknown> {
+    return this.#client.xadd(key, ...args as [string])
+  }
+
+  xrevrange (key: string, end: string, start: string, count: 'COUNT', n: number): Promise<Array<[string, string[]]>> {
+    return this.#client.xrevrange(key, end, start, count, n)
+  }
+
+  scan (cursor: string, ...options: Array<string | number>): Promise<[string, string[]]> {
+    return this.#client.scan(cursor, ...options as ['MATCH', string, 'COUNT', number])
+  }
+
   exchangepaceReset (key: string): Promise<number> {
     return this.#client.clockedExchangepaceReset(key)
   }
