@@ -17,66 +17,19 @@ import { request as httpRequest } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
-import { createServer } from 'node:http'
-import { buildServer } from './server.js'
 
 /** Registered in examples/client-auth.js: 5 token requests a second per client id, 50 per source. */
 const CLIENT = { id: 'reporting', secret: 'reporting-secret', perSecond: 5 }
 
-/** The query of an authorization request oidc-provider answers with a redirect to sign-in. */
-const AUTHORIZE = 'response_type=code&client_id=webapp&state=demo&redirect_uri=https%3A%2F%2Fwebapp.example%2Fcallback&scope=openid'
-
 /**
- * The servers the script plays against: the paced app, how to start it on a free port (its base
- * URL), its token and authorization paths and an authorization request's query, the name of its
- * per-client token pace, and how to close it.
+ * The servers the script plays against, by name: the module and the export that builds one (the
+ * paced app, how to start it on a free port, its paths, the name of its per-client token pace, and
+ * how to close it). The two on oidc-provider need Node 22 or later, and are loaded only when asked.
  */
 export const SERVERS = {
-  example: async () => {
-    const app = buildServer()
-    const start = async () => {
-      await app.listen({ host: '127.0.0.1', port: 0 })
-      return `http://127.0.0.1:${app.server.address().port}`
-    }
-    return { app, start, token: '/token', authorize: '/authorize', query: 'response_type=code&client_id=webapp&state=demo', clientPace: '/token#client', close: () => app.close() }
-  },
-  'oidc-provider': async () => {
-    const { buildServer: buildOidcServer } = await import('./oidc-provider.js')
-    const port = await freePort()
-    const issuer = `http://127.0.0.1:${port}/oidc`
-    const app = await buildOidcServer({ issuer })
-    const start = async () => {
-      await app.listen({ host: '127.0.0.1', port })
-      return issuer
-    }
-    return { app, start, token: '/token', authorize: '/auth', query: AUTHORIZE, clientPace: 'token', close: () => app.close() }
-  },
-  gateway: async () => {
-    const { provider } = await import('./oidc-provider.js')
-    const { buildGateway } = await import('./gateway.js')
-    const port = await freePort()
-    const upstream = createServer(provider(`http://127.0.0.1:${port}`).callback())
-    await new Promise(resolve => upstream.listen(port, '127.0.0.1', resolve))
-    const app = await buildGateway({ upstream: `http://127.0.0.1:${port}` })
-    const start = async () => {
-      await app.listen({ host: '127.0.0.1', port: 0 })
-      return `http://127.0.0.1:${app.server.address().port}`
-    }
-    const close = async () => {
-      await app.close()
-      await new Promise(resolve => upstream.close(resolve))
-    }
-    return { app, start, token: '/token', authorize: '/auth', query: AUTHORIZE, clientPace: 'token', close }
-  }
-}
-
-/** A free port on 127.0.0.1, for a server whose issuer URL is known before it is built. */
-async function freePort () {
-  const probe = createServer()
-  await new Promise(resolve => probe.listen(0, '127.0.0.1', resolve))
-  const { port } = probe.address()
-  await new Promise(resolve => probe.close(resolve))
-  return port
+  example: ['./demo-example.js', 'example'],
+  'oidc-provider': ['./demo-oidc.js', 'oidcProvider'],
+  gateway: ['./demo-oidc.js', 'gateway']
 }
 
 /** Where the legitimate client calls from, where the guesser does, and the flood of made-up ids. */
@@ -97,7 +50,8 @@ function basic (id, secret) {
  * lines (default: console.log). The server is closed before this resolves.
  */
 export async function runDemo ({ log = console.log, server = 'example' } = {}) {
-  const { app, start, token, authorize, query, clientPace: CLIENT_PACE, close } = await SERVERS[server]()
+  const [module, builder] = SERVERS[server]
+  const { app, start, token, authorize, query, clientPace: CLIENT_PACE, close } = await (await import(module))[builder]()
 
   // Server-side bookkeeping. Every request the script sends carries a sequence number, and the
   // server reports back, once it answered that request, how many units it refunded for it: those of

@@ -4,7 +4,7 @@ import { once } from 'node:events'
 import { createServer, type AddressInfo, type Socket } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { main, USAGE } from '../lib/operator/cli.js'
-import { duration } from '../lib/operator/cli-report.js'
+import { duration, listText } from '../lib/operator/cli-report.js'
 
 /**
  * `exchangepace` without a Redis server: help, every command line it refuses (exit 2, nothing
@@ -252,4 +252,11 @@ t.test('an action the audit trail cannot record is done, and says so on stderr',
   t.equal(out.code, 0)
   t.match(out.stdout, /^blocked \/token#source/)
   t.match(out.stderr, /exchangepace: done, but the audit trail did not record it \(NOPERM this user has no permissions to run the 'xadd' command\)\.\n$/)
+})
+
+t.test('a list of one key says "1 key"', async t => {
+  const row = { state: 'spent', remaining: 0, retryAfterMs: 200, fullInMs: 1000, blockedUntil: null, limit: 5, windowMs: 1000 } as const
+  const now = Date.parse('2026-12-07T12:00:00Z')
+  t.equal(listText('/token#client', [{ who: { client: 'webapp' }, key: 'webapp', row }], now),
+    '/token#client: 1 key held back, least remaining first\n  client webapp: remaining 0 of 5 per 1 s, next unit in 200 ms (2026-12-07T12:00:00.200Z), full again in 1 s (2026-12-07T12:00:01.000Z)\n')
 })

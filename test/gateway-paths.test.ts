@@ -92,3 +92,15 @@ t.test('an upstream that answers a wrong secret otherwise is read with outcomeOf
   await ask(gateway)
   t.equal(gateway.pace.get('token')!.size, 0, 'with outcomeOf, a failed client authentication')
 })
+
+t.test('a JSON body is forwarded byte for byte, and one that is not JSON is a 400 that never reaches the upstream', async t => {
+  let reached = 0
+  const upstream = await echo(t, (received, res) => { reached++; echoed(received, res) })
+  const gateway = await gatewayTo(t, upstream)
+  const body = '{ "client_id" : "billing",\n"client_secret": "b\\u0069lling" }'
+  const response = await gateway.inject({ method: 'POST', url: '/token', headers: { 'content-type': 'application/json' }, payload: body })
+  t.equal((response.json() as Received).body, body, 'spaces and escapes as sent')
+  const broken = await gateway.inject({ method: 'POST', url: '/token', headers: { 'content-type': 'application/json' }, payload: '{ "client_id": ' })
+  t.equal(broken.statusCode, 400)
+  t.equal(reached, 1, 'only the JSON one reached the upstream')
+})

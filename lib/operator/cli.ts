@@ -94,7 +94,7 @@ export async function main (argv: readonly string[], io: CliIo): Promise<number>
     return 0
   }
   try {
-    const ioredis = await loadIoredis(io.ioredis ?? (() => import('ioredis')))
+    const ioredis = await loadIoredis(io.ioredis ?? importIoredis)
     const client = await connect(ioredis, command)
     try {
       const store = new RedisStore({ client, prefix: command.prefix })
@@ -132,6 +132,11 @@ export async function main (argv: readonly string[], io: CliIo): Promise<number>
 }
 
 /** ioredis, the optional peer dependency the CLI needs; an error that says so when it is missing. */
+/** ioredis, a peer dependency: loaded only when a command needs Redis. */
+async function importIoredis (): Promise<unknown> {
+  return await import('ioredis')
+}
+
 async function loadIoredis (load: () => Promise<unknown>): Promise<Ioredis> {
   try {
     return await load() as Ioredis
@@ -165,7 +170,11 @@ async function connect (ioredis: Ioredis, command: CliCommand): Promise<Client> 
     await client.connect()
   } catch (err) {
     client.disconnect()
-    throw new Error(`Redis at ${url.protocol}//${url.host} does not answer (${(errors[0] ?? err as Error).message}); nothing was changed`, { cause: err })
+    // ioredis tells why in an error event before connect() rejects with "Connection is closed.";
+    // the rejection's own message is the fallback for a failure that came without one.
+    /* c8 ignore next */
+    const why = errors[0] ?? err as Error
+    throw new Error(`Redis at ${url.protocol}//${url.host} does not answer (${why.message}); nothing was changed`, { cause: err })
   }
   return client
 }
