@@ -3,6 +3,7 @@ import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { nodeMajor } from './helpers/node.js'
 import { underCI } from './helpers/redis.js'
 
 /**
@@ -208,6 +209,12 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.equal(guessing.target.met, guessing.target.fewest && guessing.target.neverRefused)
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), "## 8. Guessing a client's secret")
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '### Through a gateway in front of oidc-provider')
+    // oidc-provider 9 needs Node 22; CI runs this file on the machine's Node only (.ci/run), so on
+    // an older one the gateway's guessing is not checked here, under CI either.
+    if (nodeMajor < 22) {
+      t.skip(`the guessing through a gateway needs Node 22 or later (oidc-provider 9), this is ${process.version}: run npm test on Node 22 to check it`)
+      return
+    }
     if (!ran(t, 'the guessing through a gateway', guessing.throughGateway.skipped ?? undefined)) return
     const gateway = Object.fromEntries(guessing.throughGateway.configurations.map((c: Json) => [c.name, [c.scenarios['1 address'].checked, c.scenarios['100 addresses'].checked, c.scenarios['1 address'].client.refused]]))
     t.same(gateway, {
