@@ -172,7 +172,6 @@ async function connect (ioredis: Ioredis, command: CliCommand): Promise<Client> 
     client.disconnect()
     // ioredis tells why in an error event before connect() rejects with "Connection is closed.";
     // the rejection's own message is the fallback for a failure that came without one.
-    /* c8 ignore next */
     const why = errors[0] ?? err as Error
     throw new Error(`Redis at ${url.protocol}//${url.host} does not answer (${why.message}); nothing was changed`, { cause: err })
   }
