@@ -375,7 +375,7 @@ export interface PaceCommands {
   exchangepaceBlockBuffer (key: string, ms: number): Promise<Buffer>
 }
 
-/** What the store reads of a Cluster's options: the commands it never auto-pipelines. */
+/** What the store reads of a client's options: the commands it never auto-pipelines. */
 interface PipeliningOptions {
   readonly isCluster?: boolean
   options?: { autoPipeliningIgnoredCommands?: readonly string[] | undefined }
@@ -385,20 +385,27 @@ interface PipeliningOptions {
  * Defines the scripts on `client` as commands, and returns it as what calls them. The reserve is
  * defined twice, under one script (one SHA, one entry in Redis's script cache): as
  * `exchangepaceReserve`, which goes as the client's options say, and as `exchangepaceReserveAlone`,
- * which a Cluster client never auto-pipelines (its name is added to the client's own
- * `autoPipeliningIgnoredCommands`, a new array: ioredis shares the default one between clients).
- * ioredis 5 follows a MOVED or ASK only for a command sent on its own, or a batch all of whose
- * commands were redirected alike; a reservation that got one handed back from a mixed batch is
- * resent as the latter (see `RedisPace`), which ioredis then follows, correcting its slot map.
+ * which a Cluster client never auto-pipelines. ioredis 5 follows a MOVED or ASK only for a command
+ * sent on its own, or a batch all of whose commands were redirected alike; a reservation that got
+ * one handed back from a mixed batch is resent as the latter (see `RedisPace`), which ioredis then
+ * follows, correcting its slot map.
+ *
+ * The refund is never auto-pipelined either: ioredis has one auto-pipelined batch in flight per
+ * connection (per node of a Cluster) and holds the next until its answer, so a refund sent in a
+ * batch as a request's answer goes would hold the next request's reservations for a round trip,
+ * and a request would wait for Redis twice. Sent on its own it holds nothing, and nothing waits
+ * for its answer. The names go into the client's own `autoPipeliningIgnoredCommands`, a new
+ * array (ioredis shares the default one between clients); nothing else of the client changes.
  */
 export function defineCommands (client: RedisClientLike): PaceCommands {
   client.defineCommand('exchangepaceReserve', { numberOfKeys: 1, lua: RESERVE })
   client.defineCommand('exchangepaceReserveAlone', { numberOfKeys: 1, lua: RESERVE })
-  const cluster = client as PipeliningOptions
-  if (cluster.isCluster === true && cluster.options !== undefined) {
-    cluster.options.autoPipeliningIgnoredCommands = [...(cluster.options.autoPipeliningIgnoredCommands ?? []), 'exchangepaceReserveAlone']
-  }
   client.defineCommand('exchangepaceRefund', { numberOfKeys: 1, lua: REFUND })
+  const pipelining = client as PipeliningOptions
+  if (pipelining.options !== undefined) {
+    const alone = pipelining.isCluster === true ? ['exchangepaceReserveAlone', 'exchangepaceRefund'] : ['exchangepaceRefund']
+    pipelining.options.autoPipeliningIgnoredCommands = [...(pipelining.options.autoPipeliningIgnoredCommands ?? []), ...alone]
+  }
   client.defineCommand('exchangepaceInspect', { numberOfKeys: 1, lua: INSPECT })
   client.defineCommand('exchangepaceReset', { numberOfKeys: 1, lua: RESET })
   client.defineCommand('exchangepaceBlock', { numberOfKeys: 1, lua: BLOCK })
