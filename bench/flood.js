@@ -40,9 +40,9 @@ const settings = byMode(options, {
   smoke: { ticks: 2, borrowedSeconds: 1, borrowedCases: [[8, 100]] }
 })
 const madeUpSettings = byMode(options, {
-  full: { sources: 200, idsPerSource: 100, ceilingSources: [1000, 65_536, 1_000_000], redisSources: [1000, 65_536] },
-  quick: { sources: 100, idsPerSource: 20, ceilingSources: [1000, 65_536], redisSources: [1000] },
-  smoke: { sources: 5, idsPerSource: 4, ceilingSources: [200], redisSources: [100] }
+  full: { sources: 200, idsPerSource: 100, ceilingSources: [1000, 65_536, 1_000_000], redisRuns: [{ sources: 1000 }, { sources: 65_536 }, { sources: 1_000_000 }, { sources: 1_000_000, maxmemoryMB: 64, policy: 'volatile-ttl' }] },
+  quick: { sources: 100, idsPerSource: 20, ceilingSources: [1000, 65_536], redisRuns: [{ sources: 1000 }, { sources: 20_000, maxmemoryMB: 4, policy: 'volatile-ttl' }] },
+  smoke: { sources: 5, idsPerSource: 4, ceilingSources: [200], redisRuns: [{ sources: 100 }, { sources: 500, maxmemoryMB: 1, policy: 'volatile-ttl' }] }
 })
 const RATE = 10
 const TICK_MS = 100

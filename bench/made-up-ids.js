@@ -27,6 +27,8 @@ import { exchangepaceWith, fastifyRateLimitWith, rateLimiterFlexibleRecipe, TOKE
 import { simulatedClock, withSimulatedDateNow } from './simulated.js'
 
 const CLIENT_ADDRESS = '192.0.2.10'
+/** A guesser at the real client's secret, its pair's budget spent before each flood on Redis. */
+const GUESSER_ADDRESS = '198.51.100.66'
 const CLIENT_MS = 200
 
 /** The n-th source of each family: IPv4 addresses of 10/8, and /64s of the /48 2001:db8:1::/48. */
@@ -116,10 +118,20 @@ function ceiling (n, maxKeys) {
   return { sources: n, maxKeys, rows, refused, heapGrowthMB, lockedOutStillRefused }
 }
 
-/** One failure from each of `n` sources through the plugin on Redis (`client`'s server), with the keys and memory it left. */
-async function onRedis (client, n) {
+const usedMemory = async client => Number(/used_memory:(\d+)/.exec(await client.info('memory'))[1])
+
+/**
+ * One failure from each of `run.sources` sources through the plugin on Redis (`client`'s server),
+ * after a guesser spent its pair's budget: the keys and memory the flood left, what Redis evicted
+ * under `run.maxmemoryMB` and `run.policy` (none: Redis's defaults, no limit), and whether the
+ * guesser is still refused.
+ */
+async function onRedis (client, run) {
   await client.flushall()
-  const before = Number(/used_memory:(\d+)/.exec(await client.info('memory'))[1])
+  await client.config('SET', 'maxmemory', String((run.maxmemoryMB ?? 0) * 2 ** 20))
+  await client.config('SET', 'maxmemory-policy', run.policy ?? 'noeviction')
+  await client.config('RESETSTAT')
+  const before = await usedMemory(client)
   const app = Fastify()
   await app.register(formbody)
   await app.register(exchangePace, { store: new RedisStore({ client, timeoutMs: 5000 }), isClient })
@@ -128,18 +140,22 @@ async function onRedis (client, n) {
     return reply.code(401).send({ error: 'invalid_client' })
   })
   await app.ready()
+  const send = (id, source) => app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload: tokenBody(id, 'guess'), remoteAddress: source })
   const statuses = {}
+  let guesserRefused
   try {
-    for (let first = 0; first < n; first += 500) {
-      const answers = await Promise.all(Array.from({ length: Math.min(500, n - first) }, (_, i) =>
-        app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload: tokenBody(`made-up-${first + i}`, 'guess'), remoteAddress: FAMILIES['IPv6 /48'](first + i) })))
+    for (let i = 0; i < 6; i++) await send(CLIENT_ID, GUESSER_ADDRESS)
+    for (let first = 0; first < run.sources; first += 500) {
+      const answers = await Promise.all(Array.from({ length: Math.min(500, run.sources - first) }, (_, i) =>
+        send(`made-up-${first + i}`, FAMILIES['IPv6 /48'](first + i))))
       for (const { statusCode } of answers) statuses[statusCode] = (statuses[statusCode] ?? 0) + 1
     }
+    guesserRefused = (await send(CLIENT_ID, GUESSER_ADDRESS)).statusCode === 429
   } finally {
     await app.close()
   }
-  const after = Number(/used_memory:(\d+)/.exec(await client.info('memory'))[1])
-  return { sources: n, keys: await client.dbsize(), usedMemoryGrowthMB: (after - before) / 2 ** 20, statuses }
+  const evicted = Number(/evicted_keys:(\d+)/.exec(await client.info('stats'))[1])
+  return { ...run, keys: await client.dbsize(), usedMemoryGrowthMB: (await usedMemory(client) - before) / 2 ** 20, evicted, guesserRefused, statuses }
 }
 
 /** Runs the three measurements with `settings` and returns their figures. */
@@ -175,12 +191,14 @@ export async function madeUpIds (settings) {
     const client = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true })
     try {
       const runs = []
-      for (const n of settings.redisSources) {
-        log(`flood: made-up ids on Redis, ${n} IPv6 sources`)
-        runs.push(await onRedis(client, n))
+      for (const run of settings.redisRuns) {
+        log(`flood: made-up ids on Redis, ${run.sources} IPv6 sources, maxmemory ${run.maxmemoryMB ?? 'none'}`)
+        runs.push(await onRedis(client, run))
       }
       redis = { version, runs }
-      log(table(['sources', 'keys', 'used_memory growth (MB)'], runs.map(r => [r.sources, r.keys, r.usedMemoryGrowthMB.toFixed(1)])))
+      log(table(['sources', 'maxmemory', 'keys', 'used_memory growth (MB)', 'evicted', 'guesser still refused'], runs.map(r => [
+        r.sources, r.maxmemoryMB === undefined ? 'none' : `${r.maxmemoryMB} MB ${r.policy}`, r.keys, r.usedMemoryGrowthMB.toFixed(1), r.evicted, r.guesserRefused
+      ])))
     } finally {
       await client.quit()
       server.kill('SIGKILL')
