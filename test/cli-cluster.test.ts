@@ -55,4 +55,20 @@ if (installedOrSkip('redis-server', 'the CLI\'s cluster test starts a cluster of
     for (const id of keys) await app.pace.reset('listed', { client: id })
     t.same(await app.pace.list('listed'), [])
   })
+
+  t.test('inspect with a client alone on a pair pace reads its pairs on every master', async t => {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    await app.register(exchangePace, { store: new RedisStore({ client, prefix: 'exchangepace-pairs:', timeoutMs: 1000 }) })
+    app.post('/token', { config: { pace: { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected', name: 'pairs' } } }, async () => 'ok')
+    await app.ready()
+    const sources = ['192.0.2.1', '192.0.2.2', '192.0.2.3', '192.0.2.4', '192.0.2.5', '192.0.2.6']
+    for (const [i, source] of sources.entries()) await app.pace.block('pairs', { client: 'victim', source }, 60 + i)
+    const masters = new Set(await Promise.all(sources.map(async source => (await cluster.masterOf(`exchangepace-pairs:pairs:victim\u001f${source}`)).port)))
+    t.ok(masters.size > 1, 'the pairs live on more than one master')
+    t.match(await app.pace.inspect('pairs', { client: 'victim' }), { remaining: 0, source: '192.0.2.6', pairsHeldBack: 6, blockedUntil: Date }, 'the longest block, of six')
+    t.match(JSON.parse((await cli('inspect', '--pace', 'pairs', '--client', 'victim', '--prefix', 'exchangepace-pairs:', '--json')).stdout), { pairsHeldBack: 6, source: '192.0.2.6', bucket: { state: 'blocked' } }, 'so does the CLI')
+    await app.pace.reset('pairs', { client: 'victim' })
+    t.match(await app.pace.inspect('pairs', { client: 'victim' }), { remaining: 5, source: null, pairsHeldBack: 0 })
+  })
 }
