@@ -3,6 +3,8 @@ import Fastify from 'fastify'
 import { exchangePace, RedisStore } from '../lib/index.js'
 import { main } from '../lib/operator/cli.js'
 import { installedOrSkip, startCluster } from './helpers/cluster.js'
+import { fleetFromEnv } from '../examples/fleet.js'
+import { buildServer } from '../examples/oauth2-server.js'
 
 // `exchangepace --cluster` on a three-master Redis Cluster the file starts on loopback: given one
 // node's URL, the CLI finds the master of the key's slot.
@@ -70,5 +72,21 @@ if (installedOrSkip('redis-server', 'the CLI\'s cluster test starts a cluster of
     t.match(JSON.parse((await cli('inspect', '--pace', 'pairs', '--client', 'victim', '--prefix', 'exchangepace-pairs:', '--json')).stdout), { pairsHeldBack: 6, source: '192.0.2.6', bucket: { state: 'blocked' } }, 'so does the CLI')
     await app.pace.reset('pairs', { client: 'victim' })
     t.match(await app.pace.inspect('pairs', { client: 'victim' }), { remaining: 5, source: null, pairsHeldBack: 0 })
+  })
+
+  t.test('REDIS_CLUSTER: two replicas of the example share their paces in the Cluster', async t => {
+    const nodes = cluster.masters.map(({ port }) => `127.0.0.1:${port}`).join(',')
+    const fleets = [fleetFromEnv({ REDIS_CLUSTER: nodes }), fleetFromEnv({ REDIS_CLUSTER: nodes })]
+    const apps = fleets.map(fleet => buildServer({ store: fleet.store }))
+    for (const [i, app] of apps.entries()) {
+      app.addHook('onClose', fleets[i].close)
+      await app.ready()
+    }
+    t.teardown(() => Promise.all(apps.map(app => app.close())))
+    await apps[0].pace.block('/authorize', { source: '198.51.100.61' }, 60)
+    const refused = await apps[1].inject({ url: '/authorize?response_type=code&client_id=webapp', remoteAddress: '198.51.100.61' })
+    t.equal(refused.statusCode, 429, 'a block on one replica holds on the other')
+    await apps[1].pace.reset('/authorize', { source: '198.51.100.61' })
+    t.equal((await apps[0].inject({ url: '/authorize?response_type=code&client_id=webapp', remoteAddress: '198.51.100.61' })).statusCode, 302, 'a reset on the other lifts it')
   })
 }
