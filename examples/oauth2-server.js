@@ -299,16 +299,20 @@ const OPERATED = {
   }
 }
 
-/** A bucket as the admin routes answer it: `fastify.pace.inspect`'s figures, a block's end in ISO 8601. */
-function inspected (pace, { remaining, retryAfterMs, fullInMs, blockedUntil }) {
-  return { pace, remaining, retryAfterMs: Math.ceil(retryAfterMs), fullInMs: Math.ceil(fullInMs), blockedUntil: blockedUntil?.toISOString() ?? null }
+/**
+ * A bucket as the admin routes answer it: `fastify.pace.inspect`'s figures, a block's end in ISO
+ * 8601; for a client alone on a pair's pace, also the most held-back address and how many are.
+ */
+function inspected (pace, { remaining, retryAfterMs, fullInMs, blockedUntil, ...client }) {
+  return { pace, remaining, retryAfterMs: Math.ceil(retryAfterMs), fullInMs: Math.ceil(fullInMs), blockedUntil: blockedUntil?.toISOString() ?? null, ...client }
 }
 
 /**
  * The operator's routes, each a call of `fastify.pace` (docs/operating.md). With a RedisStore they
  * act for every replica; without one, on this replica only.
  * - GET  /admin/paces          the pace names
- * - POST /admin/paces/inspect  { pace, client?, source?, key? }: what the key's bucket holds now
+ * - POST /admin/paces/inspect  { pace, client?, source?, key? }: what the key's bucket holds now (a
+ *   client alone on a failure budget's pace: its most held-back address, and how many are held back)
  *   (reset and block take `by`, the operator's name, for the log line and the audit trail; default:
  *   the request's address)
  * - POST /admin/paces/reset    the same: the bucket full again, a block lifted; answers the bucket after

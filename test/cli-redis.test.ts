@@ -143,7 +143,8 @@ if (redis !== null) {
       ['block', '--pace', '/token#clinet', '--client', 'x', '--seconds', '30'],
       ['block', '--pace', '/token#source', '--client', 'x', '--seconds', '30'],
       ['reset', '--pace', '/token#client', '--client', REPORTING.id, '--source', '127.0.0.1'],
-      ['list', '--pace', '/token#client', '--client', REPORTING.id]
+      ['list', '--pace', '/token#client', '--client', REPORTING.id],
+      ['block', '--pace', BUDGET, '--client', REPORTING.id, '--seconds', '30']
     ]
     for (const argv of bad) {
       const out = await cli(...argv)
@@ -192,6 +193,14 @@ if (redis !== null) {
     const json = JSON.parse((await cli('list', '--pace', BUDGET, '--limit', '1', '--json')).stdout)
     t.equal(json.keys.length, 1)
     t.match(json.keys[0], { who: { client: REPORTING.id, source: /^192\.0\.2\.1[01]$/ }, bucket: { state: 'spent', remaining: 0 } })
+    const inspected = await cli('inspect', '--pace', BUDGET, '--client', REPORTING.id)
+    t.equal(inspected.code, 0, inspected.stderr)
+    t.match(inspected.stdout, /^\/token#client\+source:rejected, client reporting-service from every address: [34] pairs held back; the most held back:\n\/token#client\+source:rejected, client reporting-service from 192\.0\.2\.1[01] \(Redis key "[^"]+"\)\n {2}remaining {6}0 \(of 5 per 1 h/)
+    t.match(inspected.stdout, /\n {2}exchangepace list --pace '\/token#client\+source:rejected' --client reporting-service lists them all\.\n$/)
+    const everyAddress = JSON.parse((await cli('inspect', '--pace', BUDGET, '--client', REPORTING.id, '--json')).stdout)
+    t.match(everyAddress, { action: 'inspect', pace: BUDGET, keyKind: 'client+source', client: REPORTING.id, pairsHeldBack: Number, source: /^192\.0\.2\.1[01]$/, bucket: { state: 'spent', remaining: 0 } })
+    t.equal(everyAddress.key, `${REPORTING.id}\u001f${String(everyAddress.source)}`, 'the key of that pair')
+    t.equal(everyAddress.pairsHeldBack, inspected.stdout.includes(': 4 pairs') ? 4 : 3, 'as many as the text says')
     const reset = await cli('reset', '--pace', BUDGET, '--client', REPORTING.id)
     t.equal(reset.code, 0)
     t.match(reset.stdout, /^reset \/token#client\+source:rejected, client reporting-service from every address: [34] pairs \(.*192\.0\.2\.10.*\); every replica follows at once\.\n$/)
@@ -199,11 +208,14 @@ if (redis !== null) {
     t.match((await cli('list', '--pace', BUDGET, '--client', REPORTING.id)).stdout, /^\/token#client\+source:rejected: no key is held back/)
     t.same(JSON.parse((await cli('reset', '--pace', BUDGET, '--client', REPORTING.id, '--json')).stdout), { action: 'reset', pace: BUDGET, keyKind: 'client+source', client: REPORTING.id, sources: [] })
     t.match((await cli('reset', '--pace', BUDGET, '--client', REPORTING.id)).stdout, /no pair of it held a row \(nothing to lift\)/)
+    t.equal((await cli('inspect', '--pace', BUDGET, '--client', REPORTING.id)).stdout, `${BUDGET}, client ${REPORTING.id} from every address: no pair of it is held back (none holds a row in Redis: each address's budget is full).\n`)
+    t.same(JSON.parse((await cli('inspect', '--pace', BUDGET, '--client', REPORTING.id, '--json')).stdout), { action: 'inspect', pace: BUDGET, keyKind: 'client+source', client: REPORTING.id, pairsHeldBack: 0, source: null, key: null, redisKey: null, bucket: null })
     await cli('block', '--pace', '/token#source', '--source', '192.0.2.99', '--seconds', '60')
     t.match((await cli('list', '--pace', '/token#source')).stdout, /^\/token#source: \d+ keys? held back, least remaining first\n {2}source 192\.0\.2\.99: blocked until [\d-]+T/)
     const uncatalogued = await cli('list', '--pace', BUDGET, '--prefix', `${prefix}nothing:`)
     t.match(uncatalogued.stdout, /no key is held back/)
     await token('rep-s3cret_2025.v0~', '192.0.2.13')
+    t.match((await cli('inspect', '--pace', BUDGET, '--client', REPORTING.id)).stdout, /^[^\n]+ from every address: 1 pair held back; the most held back:\n[^\n]+ from 192\.0\.2\.13 \(Redis key [^\n]+\n {2}remaining {6}4 \(of 5 per 1 h[^]*\n {2}blocked until {2}not blocked\n$/)
     t.match((await cli('reset', '--pace', BUDGET, '--client', REPORTING.id)).stdout, /from every address: 1 pair \(192\.0\.2\.13\)/)
     // Without a catalog, a key's parts are read from the key: a pair's by its separator, any other as { key }.
     await token('rep-s3cret_2025.v0~', '192.0.2.14')

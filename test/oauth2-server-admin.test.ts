@@ -51,11 +51,14 @@ t.test('a client locked out by a bad secret rotation is seen, and reset, through
   const inspected = await admin(app, 'inspect', who)
   t.equal(inspected.statusCode, 200)
   t.same(inspected.json(), { pace: BUDGET, remaining: 0, retryAfterMs: 660_000, fullInMs: 3_540_000, blockedUntil: null }, 'inspect shows the lockout')
+  const client = { pace: BUDGET, client: REPORTING.id }
+  t.same((await admin(app, 'inspect', client)).json(), { pace: BUDGET, remaining: 0, retryAfterMs: 660_000, fullInMs: 3_540_000, blockedUntil: null, source: '127.0.0.1', pairsHeldBack: 1 }, 'so does inspect of the client alone, with the address')
 
   const reset = await admin(app, 'reset', who)
   t.equal(reset.statusCode, 200)
   t.same(reset.json(), { pace: BUDGET, remaining: 5, retryAfterMs: 0, fullInMs: 0, blockedUntil: null }, 'reset answers the bucket after: full')
   t.equal((await token(app, REPORTING.secret)).statusCode, 200, 'the next token is granted')
+  t.match((await admin(app, 'inspect', client)).json(), { remaining: 5, source: null, pairsHeldBack: 0 }, 'no address of the client is held back')
 })
 
 t.test('block refuses a key with a Retry-After reaching the block\'s end; reset lifts it', async t => {

@@ -219,6 +219,25 @@ export function operatorBehaviour (t: TapTest, setup: OperatorSetup): void {
     t.equal((await exchange(b, true, 'other', HOME)).status, 429)
   })
 
+  t.test('inspect with { client } on a pair pace tells of every address: the most held back, and how many are', async t => {
+    const { a, b } = await replicas(t)
+    const ELSEWHERE = '203.0.113.50'
+    t.same(await a.pace.inspect(FAILURES_NAME, { client: 'victim' }), { remaining: 5, retryAfterMs: 0, fullInMs: 0, blockedUntil: null, source: null, pairsHeldBack: 0 }, 'no pair held back: a full bucket')
+    for (let i = 0; i < 2; i++) await exchange(b, false, 'victim', ELSEWHERE)
+    for (let i = 0; i < 5; i++) await exchange(b, false, 'victim', HOME)
+    for (let i = 0; i < 5; i++) await exchange(b, false, 'other', '192.0.2.9')
+    const worst = { remaining: 0, retryAfterMs: 720_000, fullInMs: 3_600_000, blockedUntil: null }
+    t.same(await a.pace.inspect(FAILURES_NAME, { client: 'victim' }), { ...worst, source: HOME, pairsHeldBack: 2 }, 'the locked-out address, of two held back')
+    t.same(await a.pace.inspect(FAILURES_NAME, { client: 'victim', source: HOME }), worst, 'as inspect of that pair tells it')
+    await a.pace.block(FAILURES_NAME, { client: 'victim', source: ELSEWHERE }, 7200)
+    const blocked = await a.pace.inspect(FAILURES_NAME, { client: 'victim' })
+    t.match(blocked, { remaining: 0, retryAfterMs: 7_200_000, source: ELSEWHERE, pairsHeldBack: 2, blockedUntil: Date }, 'a block held longer comes first')
+    await a.pace.reset(FAILURES_NAME, { client: 'victim' })
+    t.same(await a.pace.inspect(FAILURES_NAME, { client: 'victim' }), { remaining: 5, retryAfterMs: 0, fullInMs: 0, blockedUntil: null, source: null, pairsHeldBack: 0 }, 'after a reset of the client: nothing held back')
+    t.match(await a.pace.inspect(FAILURES_NAME, { client: 'other' }), { remaining: 0, source: '192.0.2.9', pairsHeldBack: 1 }, 'another client\'s pairs are its own')
+    await t.rejects(a.pace.inspect(FAILURES_NAME, { client: 'vic\u0001tim' }), TypeError)
+  })
+
   t.test('list refuses what it cannot do, with a TypeError', async t => {
     const { a } = await replicas(t)
     await t.rejects(a.pace.list('/nothing'), /no pace is named "\/nothing"/)

@@ -148,6 +148,19 @@ if (client !== null) {
     t.ok(events[0].retryAfterMs > 299_000, 'the wait Redis reported: half the window')
   })
 
+  t.test('on a RedisStore, the plugin option puts a pace in shadow; a replica that enforces it refuses what the shadow reported', async t => {
+    const prefix = uniquePrefix('shadow-switch')
+    const pace: PaceRouteOptions = { limit: 2, window: 600, key: 'client', spend: 'every' }
+    const trial = await tokenApp(t, pace, { store: new RedisStore({ client, prefix, timeoutMs: 1000 }), shadow: true })
+    const codes = []
+    for (let i = 0; i < 3; i++) codes.push((await post(trial.app)).statusCode)
+    t.same(codes, [200, 200, 200], 'nothing refused in shadow')
+    t.same(trial.events.map(event => event.type), ['shadow-refusal'])
+    const enforcing = await tokenApp(t, pace, { store: new RedisStore({ client, prefix, timeoutMs: 1000 }) })
+    t.equal((await post(enforcing.app)).statusCode, 429, 'the same bucket in Redis, enforced: refused as the shadow reported')
+    t.same(enforcing.events.map(event => event.type), ['refused'])
+  })
+
   t.test('on a RedisStore, a shadow pace after an enforcing pace that refused is not reported: the request was refused', async t => {
     const store = new RedisStore({ client, prefix: uniquePrefix('shadow-after'), timeoutMs: 1000 })
     const { app, events } = await tokenApp(t, [

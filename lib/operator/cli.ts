@@ -35,7 +35,9 @@ Commands:
   paces              the paces the apps recorded: name, kind of key, rate, spend, routes
   list               the keys --pace holds back, least remaining first (--client ID: a pair
                      pace's keys of that client; --limit N, default 100)
-  inspect            what the key's bucket holds now, read with the rate its row was written at
+  inspect            what the key's bucket holds now, read with the rate its row was written at;
+                     on a pair's pace, --client alone: how many addresses of that client are
+                     held back, and the most held back
   reset              makes the bucket full again and lifts a block (prints what it held); on a
                      pair's pace, --client alone resets every address of that client
   block              grants the key nothing for --seconds N; then its bucket is full
@@ -192,7 +194,7 @@ const FITS: Record<string, readonly string[]> = {
 /**
  * The catalog's entry of `command`'s pace, or null when there is no catalog. A UsageError (exit 2,
  * nothing written) when the catalog does not know the pace, or the parts do not fit its key;
- * `--client` alone fits a pair's pace for reset (every address) and list.
+ * `--client` alone fits a pair's pace for inspect, reset (every address) and list.
  */
 function catalogued (command: CliKeyCommand | CliListCommand, catalog: readonly PaceCatalogEntry[]): PaceCatalogEntry | null {
   if (catalog.length === 0) return null
@@ -203,7 +205,7 @@ function catalogued (command: CliKeyCommand | CliListCommand, catalog: readonly 
     if (command.client !== null && entry.keyKind !== 'client+source') throw new UsageError(`pace ${JSON.stringify(entry.name)} is keyed by ${entry.keyKind}: list --client is for a pace keyed by client+source; the paces are ${known}`)
     return entry
   }
-  const wholeClient = command.keyKind === 'client' && entry.keyKind === 'client+source' && command.action === 'reset'
+  const wholeClient = command.keyKind === 'client' && entry.keyKind === 'client+source' && command.action !== 'block'
   if (!wholeClient && !FITS[command.keyKind].includes(entry.keyKind)) {
     throw new UsageError(`pace ${JSON.stringify(entry.name)} is keyed by ${entry.keyKind}, not by what was given (${command.keyKind}); the paces are ${known}`)
   }
@@ -212,17 +214,24 @@ function catalogued (command: CliKeyCommand | CliListCommand, catalog: readonly 
 
 /** The keys `command`'s pace holds back, read from every master, least remaining first. */
 async function list (command: CliListCommand, store: RedisStore, entry: PaceCatalogEntry | null): Promise<string> {
-  const prefix = command.client === null ? '' : pairKey(command.client, '')
-  const listed: ListedRow[] = []
-  await store.scan(command.pace, prefix, (key, stored) => {
-    const row = rowReport(stored)
-    if (row.state !== 'full') listed.push({ who: whoOf(entry?.keyKind ?? guessKind(key), key), key, row })
-  })
-  // A listed row is spent or blocked: it has a number of units left.
-  listed.sort((a, b) => (a.row.remaining as number) - (b.row.remaining as number) || b.row.retryAfterMs - a.row.retryAfterMs || b.row.fullInMs - a.row.fullInMs)
+  const listed = await heldBack(store, command.pace, command.client === null ? '' : pairKey(command.client, ''), entry?.keyKind ?? null)
   const shown = listed.slice(0, command.limit)
   if (command.json) return jsonLine({ action: 'list', pace: command.pace, keys: shown.map(({ who, key, row }) => ({ who, key, bucket: bucketJson(row) })) })
   return listText(command.pace, shown, Date.now())
+}
+
+/**
+ * The rows of `pace` whose keys start with `prefix` and are held back (spent or blocked), read from
+ * every master, least remaining first (then the longest wait). `keyKind`: the catalog's, or null.
+ */
+async function heldBack (store: RedisStore, pace: string, prefix: string, keyKind: string | null): Promise<ListedRow[]> {
+  const listed: ListedRow[] = []
+  await store.scan(pace, prefix, (key, stored) => {
+    const row = rowReport(stored)
+    if (row.state !== 'full') listed.push({ who: whoOf(keyKind ?? guessKind(key), key), key, row })
+  })
+  // A listed row is spent or blocked: it has a number of units left.
+  return listed.sort((a, b) => (a.row.remaining as number) - (b.row.remaining as number) || b.row.retryAfterMs - a.row.retryAfterMs || b.row.fullInMs - a.row.fullInMs)
 }
 
 /**
@@ -251,7 +260,7 @@ async function audited (command: CliKeyCommand, actedOn: readonly string[], stor
 async function run (command: CliKeyCommand, store: RedisStore, entry: PaceCatalogEntry | null): Promise<{ text: string, keys: string[] }> {
   const { action, pace, keyKind, key, prefix, json } = command
   const known = entry !== null
-  if (entry?.keyKind === 'client+source' && keyKind === 'client') return await resetClient(command, store)
+  if (entry?.keyKind === 'client+source' && keyKind === 'client') return action === 'reset' ? await resetClient(command, store) : { keys: [], text: await inspectClient(command, store) }
   const redisKey = `${prefix}${redisPaceName(pace)}:${key}`
   const head = { action, pace, keyKind, key, redisKey }
   const before = rowReport(await store.inspect(pace, key))
@@ -279,6 +288,22 @@ async function resetClient (command: CliKeyCommand, store: RedisStore): Promise<
   const sources = keys.map(key => whoOf('client+source', key).source as string)
   if (json) return { keys, text: jsonLine({ action: 'reset', pace, keyKind: 'client+source', client, sources }) }
   return { keys, text: `reset ${pace}, client ${client} from every address: ${sources.length === 0 ? 'no pair of it held a row (nothing to lift)' : `${sources.length} pair${sources.length === 1 ? '' : 's'} (${sources.join(', ')})`}; every replica follows at once.\n` }
+}
+
+/**
+ * What `command`'s client holds on its pair pace, from every address: how many pairs are held
+ * back, and the bucket of the most held back, as `fastify.pace.inspect` with `{ client }` tells it.
+ */
+async function inspectClient (command: CliKeyCommand, store: RedisStore): Promise<string> {
+  const { pace, key: client, prefix, json } = command
+  const held = await heldBack(store, pace, pairKey(client, ''), 'client+source')
+  const worst = held[0]
+  const redisKey = worst === undefined ? null : `${prefix}${redisPaceName(pace)}:${worst.key}`
+  if (json) return jsonLine({ action: 'inspect', pace, keyKind: 'client+source', client, pairsHeldBack: held.length, source: worst?.who.source ?? null, key: worst?.key ?? null, redisKey, bucket: worst === undefined ? null : bucketJson(worst.row) })
+  if (worst === undefined) return `${pace}, client ${client} from every address: no pair of it is held back (none holds a row in Redis: each address's budget is full).\n`
+  const pairs = `${held.length} pair${held.length === 1 ? '' : 's'} held back`
+  return `${pace}, client ${client} from every address: ${pairs}; the most held back:\n${inspectionText({ ...command, who: worst.who }, worst.row, redisKey as string, Date.now(), true)}` +
+    (held.length > 1 ? `  exchangepace list --pace '${pace}' --client ${client} lists them all.\n` : '')
 }
 
 /** The kind of a key of a pace listed without a catalog: a pair has the separator; any other is given as `{ key }`. */

@@ -27,6 +27,18 @@ export interface PaceListEntry extends PaceInspection {
   readonly who: PaceWho
 }
 
+/**
+ * What `fastify.pace.inspect` tells of a client given alone on a `['client', 'source']` pace: the
+ * bucket of its most held-back address (least remaining, then the longest wait), that address, and
+ * how many of its addresses are held back. When none is, a full bucket at the client's rate.
+ */
+export interface PaceClientInspection extends PaceInspection {
+  /** The address of the most held-back pair, as `list` gives it; null when no pair is held back. */
+  readonly source: string | null
+  /** How many of the client's pairs are held back (spent or blocked): `list(name, { client })`'s length, unbounded. */
+  readonly pairsHeldBack: number
+}
+
 /** What `fastify.pace.list` is asked. */
 export interface PaceListOptions {
   /** The most keys listed, those with least remaining: an integer from 1 to 10000. Default: 100. */
@@ -125,10 +137,22 @@ export class PaceRegistry {
     return counts
   }
 
-  /** What `who`'s bucket in the pace `name` holds now, against the key's own rate. Looking creates no row. */
-  async inspect (name: string, who: PaceWho): Promise<PaceInspection> {
-    const { pace, key } = this.#target(name, who)
-    const lane = pace.laneOf(key)
+  /**
+   * What `who`'s bucket in the pace `name` holds now, against the key's own rate. Looking creates no
+   * row. On a `['client', 'source']` pace, `{ client }` alone tells of every address of that
+   * client: its most held-back pair, and how many are held back (`PaceClientInspection`).
+   */
+  async inspect (name: string, who: PaceWho): Promise<PaceInspection | PaceClientInspection> {
+    const named = this.#named(name)
+    const prefix = clientPairs(name, named.keyKind, who, this.#context)
+    if (prefix !== null) {
+      const [worst, ...rest] = await this.#heldBack(name, named, prefix)
+      if (worst === undefined) return { remaining: named.laneOf(prefix).limit, retryAfterMs: 0, fullInMs: 0, blockedUntil: null, source: null, pairsHeldBack: 0 }
+      const { who, ...bucket } = worst
+      return { ...bucket, source: who.source as string, pairsHeldBack: rest.length + 1 }
+    }
+    const key = whoKey(name, named.keyKind, who, this.#context)
+    const lane = named.laneOf(key)
     if (lane.shared === null) return memoryInspection(lane.pace.inspect(key))
     return storedInspection(await this.#operable('inspect').call(this.#context.store, name, key), lane)
   }
@@ -148,6 +172,11 @@ export class PaceRegistry {
       prefix = clientPairs(name, pace.keyKind, { client }, this.#context) ?? ''
       if (prefix === '') throw new TypeError(`exchangepace: pace ${JSON.stringify(name)} is keyed by ${pace.keyKind}: list takes { client } on a pace keyed by client+source only`)
     }
+    return (await this.#heldBack(name, pace, prefix)).slice(0, limit)
+  }
+
+  /** Every key of `pace` starting with `prefix` that is held back, least remaining first (then the longest wait). */
+  async #heldBack (name: string, pace: NamedPace, prefix: string): Promise<PaceListEntry[]> {
     const found = new Map<string, PaceListEntry>()
     const keep = (key: string, entry: PaceInspection): void => {
       if (entry.fullInMs === 0 && entry.blockedUntil === null) return
@@ -161,7 +190,7 @@ export class PaceRegistry {
     } else {
       await this.#operable('scan').call(this.#context.store, name, prefix, (key, stored) => { keep(key, storedInspection(stored, pace.laneOf(key))) })
     }
-    return [...found.values()].sort((a, b) => a.remaining - b.remaining || b.retryAfterMs - a.retryAfterMs || b.fullInMs - a.fullInMs).slice(0, limit)
+    return [...found.values()].sort((a, b) => a.remaining - b.remaining || b.retryAfterMs - a.retryAfterMs || b.fullInMs - a.fullInMs)
   }
 
   /**

@@ -32,8 +32,8 @@ export interface Server {
   kill: () => Promise<void>
 }
 
-/** Whether `binary` can be run; outside CI, a missing one skips the file's tests with `reason`. */
-export function installedOrSkip (binary: ServerBinary, why: string): boolean {
+/** Whether `binary` (a server, or curl) can be run; outside CI, a missing one skips the file's tests with `reason`. */
+export function installedOrSkip (binary: ServerBinary | 'curl', why: string): boolean {
   if (spawnSync(binary, ['--version']).status === 0) return true
   const reason = `${binary} is not installed; ${why}`
   if (underCI()) throw new Error(`CI needs ${binary} (.ci/run installs it): ${reason}`)

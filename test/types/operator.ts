@@ -1,7 +1,7 @@
 // Type test: the operator's API and per-key rates, as docs/reference.md and docs/operating.md use
 // them. Compiled by `tsc -p test/types/tsconfig.json` against the built package.
 import Fastify from 'fastify'
-import exchangePace, { type PaceInspection, type PaceReservation, type PaceWho, type RateOf, type StoredBucket, RedisStore } from 'exchangepace'
+import exchangePace, { type PaceClientInspection, type PaceInspection, type PaceReservation, type PaceWho, type RateOf, type StoredBucket, RedisStore } from 'exchangepace'
 
 const app = Fastify()
 await app.register(exchangePace)
@@ -15,6 +15,10 @@ const pair: PaceWho = { client: 'batch', source: '203.0.113.9' }
 const seen: PaceInspection = await app.pace.inspect('/token#client+source:rejected', pair)
 export const lockedFor: number = seen.retryAfterMs + seen.fullInMs + seen.remaining
 export const blockedUntil: Date | null = seen.blockedUntil
+// A client alone on a pair pace: every address of it, the most held back first.
+const client = await app.pace.inspect('/token#client+source:rejected', { client: 'batch' })
+export const heldFrom: string | null = 'pairsHeldBack' in client ? (client satisfies PaceClientInspection).source : null
+export const anyway: PaceInspection = client
 await app.pace.reset('/token', { client: 'batch' })
 export const ends: Date = await app.pace.block('/authorize', { source: '2001:db8::/64' }, 600)
 const taken: PaceReservation = await app.pace.reserve('/tenant', { key: 'acme' })
