@@ -11,6 +11,7 @@ import { capacitySection, capacitySummaryRows } from './capacity-report.js'
 import { latencySection, latencySummaryRow } from './report-latency.js'
 import { faultsSection, faultsSummaryRow, timeoutsSection, timeoutsSummaryRow } from './report-faults.js'
 import { gatewaySection, gatewaySummaryRow } from './report-gateway.js'
+import { wrapProse } from './wrap-prose.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
@@ -662,7 +663,7 @@ export function writeReport ({ resultsDir, docsDir }) {
     results.faults ? faultsSection(results.faults) : null,
     results.gateway ? gatewaySection(results.gateway) : null
   ].filter(section => section !== null).join('\n')
-  writeFileSync(join(docsDir, 'benchmarks.md'), md.replace(/\n{3,}/g, '\n\n'))
+  writeFileSync(join(docsDir, 'benchmarks.md'), wrapProse(md.replace(/\n{3,}/g, '\n\n')))
   written.push(join(docsDir, 'benchmarks.md'))
   return written
 }
