@@ -25,11 +25,16 @@
 // rows, heap and RSS of the replica and the real client's 200s; the row ceiling of the in-process
 // store against 1,000 to 1M sources; and the keys and memory of the same sources on Redis.
 //
+// Then the key flood and the made-up ids through a gateway in front of oidc-provider
+// (bench/flood-gateway.js): exchangepace's examples/gateway.js beside @fastify/rate-limit as its
+// README shows a route's limit, on Node 22 or later (oidc-provider 9).
+//
 // Run alone: node --expose-gc bench/flood.js [--quick|--smoke] [--out DIR]
 
 import { CLIENT_ID, CLIENT_SECRET, FORM, tokenBody } from './apps.js'
 import { byMode, log, parseOptions, random, table, writeResult } from './common.js'
 import { countedLocalStore } from './login-limiters.js'
+import { floodThroughGateway } from './flood-gateway.js'
 import { madeUpIds } from './made-up-ids.js'
 import { simulate, simulatedClock } from './simulated.js'
 
@@ -43,6 +48,16 @@ const madeUpSettings = byMode(options, {
   full: { sources: 200, idsPerSource: 100, ceilingSources: [1000, 65_536, 1_000_000], redisRuns: [{ sources: 1000 }, { sources: 65_536 }, { sources: 1_000_000 }, { sources: 1_000_000, maxmemoryMB: 64, policy: 'volatile-ttl' }] },
   quick: { sources: 100, idsPerSource: 20, ceilingSources: [1000, 65_536], redisRuns: [{ sources: 1000 }, { sources: 20_000, maxmemoryMB: 4, policy: 'volatile-ttl' }] },
   smoke: { sources: 5, idsPerSource: 4, ceilingSources: [200], redisRuns: [{ sources: 100 }, { sources: 500, maxmemoryMB: 1, policy: 'volatile-ttl' }] }
+})
+/**
+ * The key flood and made-up ids through a gateway in front of oidc-provider (bench/flood-gateway.js):
+ * every request crosses HTTP to it, so fewer ticks and ids; 5001 strangers a tick, as above, but in
+ * the smoke.
+ */
+const gatewaySettings = byMode(options, {
+  full: { ticks: 6, strangersPerTick: 5001, sources: 200, idsPerSource: 25 },
+  quick: { ticks: 3, strangersPerTick: 5001, sources: 100, idsPerSource: 10 },
+  smoke: { ticks: 2, strangersPerTick: 20, sources: 5, idsPerSource: 2 }
 })
 const RATE = 10
 const TICK_MS = 100
@@ -240,6 +255,7 @@ log(table(['victim', 'strangers naming it', 'exchangepace', 'reference (the most
 ])))
 
 const madeUp = await madeUpIds(madeUpSettings)
+const throughGateway = await floodThroughGateway(gatewaySettings)
 
 const file = writeResult(options, 'flood', {
   description: "a flood of random declared ids against one client's pace, simulated time, both limiters at the same rate",
@@ -257,6 +273,7 @@ const file = writeResult(options, 'flood', {
     checkMs: CHECK_MS,
     cases: borrowed
   },
-  madeUp
+  madeUp,
+  throughGateway
 })
 log(`\nflood: wrote ${file}`)

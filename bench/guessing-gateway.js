@@ -18,7 +18,9 @@ import Fastify from 'fastify'
 import rateLimit from '@fastify/rate-limit'
 import replyFrom from '@fastify/reply-from'
 import { bodyBytes, keepBodyBytes } from '../examples/form-bytes.js'
+import { PACES } from '../examples/endpoint-paces.js'
 import { buildGateway } from '../examples/gateway.js'
+import { countedLocalStore } from './login-limiters.js'
 
 export const GATEWAY_CLIENT = { id: 'billing', secret: 'billing-secret' }
 export const GATEWAY_LIMIT = { max: 5, timeWindow: '1 minute' }
@@ -39,29 +41,46 @@ async function upstream () {
   return { base, close: () => new Promise(resolve => server.close(resolve)) }
 }
 
+/** The gateway's token pace that sets a client's rate: 5/s per client id. */
+const CLIENT_PACE = PACES.token.find(pace => pace.name === 'token')
+
+/**
+ * The two gateways. `build(clock)` resolves with the app, how to close it and upstream, and
+ * `rows()`: what the limiter holds (exchangepace: rows over the gateway's paces;
+ * @fastify/rate-limit: the entries of its route's LRU). `client` is the real client; `rate` its
+ * rate as each limits it, `limit` requests a `window` of seconds.
+ */
 export const GATEWAY_CONFIGURATIONS = [
   {
     name: 'exchangepace, the gateway',
     library: 'exchangepace',
     setup: 'examples/gateway.js (the token paces of examples/endpoint-paces.js)',
+    client: GATEWAY_CLIENT,
+    rate: { limit: CLIENT_PACE.perSecond, window: 1, per: 'client id' },
     async build (clock) {
       const server = await upstream()
       const app = await buildGateway({ upstream: server.base, paths: { token: '/token' }, now: clock.now })
-      return { app, close: async () => { await app.close(); await server.close() } }
+      const rows = () => app.pace.names().reduce((sum, name) => sum + app.pace.get(name).size, 0)
+      return { app, rows, close: async () => { await app.close(); await server.close() } }
     }
   },
   {
     name: '@fastify/rate-limit, the gateway',
     library: '@fastify/rate-limit',
     setup: { route: { config: { rateLimit: GATEWAY_LIMIT } }, keyGenerator: 'request.ip (default)' },
+    client: GATEWAY_CLIENT,
+    rate: { limit: GATEWAY_LIMIT.max, window: 60, per: 'address' }, // GATEWAY_LIMIT's '1 minute'
     async build () {
       const server = await upstream()
       const app = Fastify()
-      await app.register(rateLimit, { global: false })
+      // Its default store, an LRU of 5000 per route, with the route's store kept to count its entries.
+      const routeStores = []
+      await app.register(rateLimit, { global: false, store: countedLocalStore(routeStores) })
       await app.register(replyFrom, { base: server.base })
       keepBodyBytes(app)
       app.post('/token', { config: { rateLimit: GATEWAY_LIMIT } }, (request, reply) => reply.from(request.url, { body: bodyBytes(request), contentType: request.headers['content-type'] }))
-      return { app, close: async () => { await app.close(); await server.close() } }
+      const rows = () => routeStores.reduce((sum, store) => sum + store.lru.size, 0)
+      return { app, rows, close: async () => { await app.close(); await server.close() } }
     }
   }
 ]

@@ -10,7 +10,7 @@ import { soakSection, soakSummaryRow, soakSvg } from './soak-report.js'
 import { capacitySection, capacitySummaryRows } from './capacity-report.js'
 import { latencySection, latencySummaryRow } from './report-latency.js'
 import { faultsSection, faultsSummaryRow, timeoutsSection, timeoutsSummaryRow } from './report-faults.js'
-import { gatewaySection, gatewaySummaryRow } from './report-gateway.js'
+import { floodGatewaySection, gatewaySection, gatewaySummaryRow } from './report-gateway.js'
 import { wrapProse } from './wrap-prose.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
@@ -471,6 +471,7 @@ function floodSection (flood) {
     out.push('', "A stranger under check holds a unit, so enough strangers in flight crowd out the victim under any limiter that keeps the rate (the reference's refusals). exchangepace's refund reads only the key's row, which keeps the run's latest grant time, its count and which of its 32 latest grants were refunded: where the reference would give a unit back in full, exchangepace sometimes gives back part of it (the refunds section of docs/design.md), and the victim at exactly its rate feels that most. @fastify/rate-limit counts every stranger against the victim's window.", '')
   }
   if (flood.madeUp !== undefined) out.push(madeUpSection(flood.madeUp))
+  if (flood.throughGateway !== undefined) out.push(floodGatewaySection(flood.throughGateway))
   return out.join('\n')
 }
 

@@ -168,6 +168,31 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.ok(run.keys >= 100 && run.keys <= 2 * 100 + 10, `keys per source in Redis, not per id: ${run.keys}`)
   })
 
+  t.test('flood: through a gateway before oidc-provider the victim keeps its rate; made-up ids leave rows per pair and address', async t => {
+    const through = read(out, 'flood').throughGateway
+    // oidc-provider 9 needs Node 22, as for the guessing through a gateway below.
+    if (nodeMajor < 22) {
+      t.skip(`the flood through a gateway needs Node 22 or later (oidc-provider 9), this is ${process.version}: run npm test on Node 22 to check it`)
+      return
+    }
+    if (!ran(t, 'the flood through a gateway', through.skipped ?? undefined)) return
+    const [exchangepace, ratelimit] = through.keyFlood
+    t.same([exchangepace.name, ratelimit.name], ['exchangepace, the gateway', '@fastify/rate-limit, the gateway'])
+    t.same([exchangepace.span, exchangepace.victimAllowed, ratelimit.victimAllowed.toFixed(3)], [0.1, 5.5, '5.008'], 'two ticks 0.1 s apart: 5 x (1 + 0.1 / 1), and 5 x (1 + 0.1 / 60)')
+    for (const r of [exchangepace, ratelimit]) {
+      t.same(r.strangerStatuses, { 401: 40 }, `${r.name}: every stranger answered by oidc-provider`)
+      t.same([r.victimAdmitted, r.admittedOverRate], [5, 0], `${r.name}: the victim's 5, then nothing over its rate`)
+    }
+    t.ok(exchangepace.rows >= 2 * 40 && exchangepace.rows <= 2 * 40 + 2, `a failure row per (made-up id, address) and a ceiling row per address, and the victim's: ${exchangepace.rows}`)
+    t.equal(ratelimit.rows, 41, 'an entry per address, the victim\'s among them')
+    t.equal(through.madeUp.length, 4)
+    for (const r of through.madeUp) {
+      t.same(r.attackerStatuses, { 401: 10 }, `${r.name}, ${r.family}: every made-up id reached oidc-provider`)
+      t.equal(r.client.ok, r.client.calls, `${r.name}, ${r.family}: the real client served`)
+      if (r.name === 'exchangepace, the gateway') t.ok(r.rows >= 10 + 5 && r.rows <= 10 + 5 + 2, `without isClient, a pair row per made-up id and a ceiling row per source: ${r.rows}`)
+    }
+  })
+
   t.test('flood: strangers naming the victim under check do not crowd it out at 100/s; they do under a fixed window', async t => {
     const [row] = read(out, 'flood').borrowedName.cases
     t.same([row.clientPerSecond, row.strangersPerSecond], [8, 100])
