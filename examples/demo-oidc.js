@@ -4,6 +4,7 @@
 // is loaded only when one of them is asked for.
 
 import { createServer } from 'node:http'
+import { CLIENTS } from './client-auth.js'
 import { buildGateway } from './gateway.js'
 import { buildServer as buildOidcServer, provider } from './oidc-provider.js'
 
@@ -19,15 +20,18 @@ export async function oidcProvider () {
     await app.listen({ host: '127.0.0.1', port })
     return issuer
   }
-  return { app, start, token: '/token', authorize: '/auth', query: AUTHORIZE, clientPace: 'token', close: () => app.close() }
+  return { app, start, token: '/token', authorize: '/auth', query: AUTHORIZE, clientPace: 'token', sourceFailures: 'source-failures', close: () => app.close() }
 }
 
-/** The gateway in front of oidc-provider started unpaced: as examples/demo-example.js's `example` gives it. */
+/**
+ * The gateway in front of oidc-provider started unpaced, given the upstream's client ids
+ * (`isClient`): as examples/demo-example.js's `example` gives it.
+ */
 export async function gateway () {
   const port = await freePort()
   const upstream = createServer(provider(`http://127.0.0.1:${port}`).callback())
   await new Promise(resolve => upstream.listen(port, '127.0.0.1', resolve))
-  const app = await buildGateway({ upstream: `http://127.0.0.1:${port}` })
+  const app = await buildGateway({ upstream: `http://127.0.0.1:${port}`, isClient: id => CLIENTS.has(id) })
   const start = async () => {
     await app.listen({ host: '127.0.0.1', port: 0 })
     return `http://127.0.0.1:${app.server.address().port}`
@@ -36,7 +40,7 @@ export async function gateway () {
     await app.close()
     await new Promise(resolve => upstream.close(resolve))
   }
-  return { app, start, token: '/token', authorize: '/auth', query: AUTHORIZE, clientPace: 'token', close }
+  return { app, start, token: '/token', authorize: '/auth', query: AUTHORIZE, clientPace: 'token', sourceFailures: 'source-failures', close }
 }
 
 /** A free port on 127.0.0.1, for a server whose issuer URL is known before it is built. */

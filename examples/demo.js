@@ -23,8 +23,8 @@ const CLIENT = { id: 'reporting', secret: 'reporting-secret', perSecond: 5 }
 
 /**
  * The servers the script plays against, by name: the module and the export that builds one (the
- * paced app, how to start it on a free port, its paths, the name of its per-client token pace, and
- * how to close it). The two on oidc-provider need Node 22 or later, and are loaded only when asked.
+ * paced app, how to start it on a free port, its paths, the names of its per-client token pace and
+ * of its per-source failure budget, and how to close it). The two on oidc-provider need Node 22 or later, and are loaded only when asked.
  */
 export const SERVERS = {
   example: ['./demo-example.js', 'example'],
@@ -51,7 +51,7 @@ function basic (id, secret) {
  */
 export async function runDemo ({ log = console.log, server = 'example' } = {}) {
   const [module, builder] = SERVERS[server]
-  const { app, start, token, authorize, query, clientPace: CLIENT_PACE, close } = await (await import(module))[builder]()
+  const { app, start, token, authorize, query, clientPace: CLIENT_PACE, sourceFailures, close } = await (await import(module))[builder]()
 
   // Server-side bookkeeping. Every request the script sends carries a sequence number, and the
   // server reports back, once it answered that request, how many units it refunded for it: those of
@@ -144,7 +144,7 @@ export async function runDemo ({ log = console.log, server = 'example' } = {}) {
       Promise.all(Array.from({ length: 15 }, askAuthorization)))
 
     const rows = app.pace.names().map(name => ({ name, limit: app.pace.get(name).limit, window: app.pace.get(name).window, rows: app.pace.get(name).size }))
-    printReport(log, phases, rows, CLIENT_PACE)
+    printReport(log, phases, rows, CLIENT_PACE, sourceFailures)
     return { phases, rows }
   } finally {
     await close()
@@ -170,7 +170,7 @@ async function printPaces (log, send) {
   }
 }
 
-function printReport (log, phases, rows, CLIENT_PACE) {
+function printReport (log, phases, rows, CLIENT_PACE, sourceFailures) {
   const columns = ['sent', 'granted', 'rejected', 'limited', 'refunded', 'client rows']
   const keys = ['sent', 'granted', 'rejected', 'limited', 'refunded', 'clientRows']
   const width = Math.max(...phases.map(p => p.label.length)) + 4
@@ -184,7 +184,7 @@ function printReport (log, phases, rows, CLIENT_PACE) {
   log('limited:  answered 429 by a pace, with Retry-After; the handler did not run. The guesser\'s come from')
   log('          the failure budget: 5 failures an hour for one client id from one address;')
   log('          the flood\'s from the per-source ceiling: one address gets 50 token requests a second, whatever ids it names,')
-  log('          and, where the server has one (examples/server.js), the per-source failure budget: 100 failures a day per address')
+  log('          and the per-source failure budget: 100 failures a day per address')
   log(`refunded: units of ${CLIENT_PACE} given back because the handler flagged the exchange rejected`)
   log(`client rows: live rows in ${CLIENT_PACE} after the phase (a row exists only for a key that spent)`)
   log('')
@@ -195,7 +195,7 @@ function printReport (log, phases, rows, CLIENT_PACE) {
   log(`Only ${CLIENT.id} spent from ${CLIENT_PACE} in the last second; the ${named} refunded requests, which named`)
   log(`${CLIENT.id} without its secret, left no row there. The guesser's failures are kept, one row for its id and`)
   log('address, for as long as the budget takes to refill. The made-up ids name no client (isClient): they')
-  log('took nothing keyed by a client id, and their failures are one row for their address in /token#source:rejected.')
+  log(`took nothing keyed by a client id, and their failures are one row for their address in ${sourceFailures}.`)
 }
 
 /** `5/s`, or `10/600s` for a pace of a limit per window. */

@@ -153,14 +153,18 @@ function replayed (request) {
 
 /**
  * Fastify serving oidc-provider at `issuer` (its path is the mount, `/oidc`), paced on the memory
- * of this process or on `store` (a RedisStore), on the clock `now` (for tests).
+ * of this process or on `store` (a RedisStore), on the clock `now` (for tests). The plugin's
+ * `isClient` reads the registry oidc-provider serves (CLIENTS): a flood of made-up client ids
+ * leaves a row per address, not per id.
  */
 export async function buildServer ({ issuer, store, now, logger = false } = {}) {
   const app = Fastify({ logger })
   const oidc = provider(issuer)
   const callback = oidc.callback()
   await app.register(middie)
-  await app.register(exchangePace, { store, now })
+  // isClient: the clients oidc-provider serves (clientMetadata above); a declared id that names none
+  // takes nothing from the paces keyed by the client id, and its failure spends its address's budget.
+  await app.register(exchangePace, { store, now, isClient: id => CLIENTS.has(id) })
   keepBodyBytes(app)
   for (const [method, path, pace] of PACED) {
     app.route({

@@ -1,12 +1,13 @@
 import t from 'tap'
 import http from 'node:http'
 import { readFileSync } from 'node:fs'
-import { createPrivateKey, randomUUID } from 'node:crypto'
+import { createPrivateKey } from 'node:crypto'
 import type { AddressInfo } from 'node:net'
 import * as client from 'openid-client'
 import type { FastifyInstance } from 'fastify'
 import { needsNode } from './helpers/node.js'
 import { freePort } from './helpers/port.js'
+import { floodOfMadeUpIds, spendSourceBudget, type SendGuess } from './helpers/made-up-ids.js'
 import type { TapTest } from './shared-behaviour.js'
 
 /**
@@ -18,16 +19,23 @@ const skip = needsNode(22)
 
 interface Served { gateway: FastifyInstance, base: string, issuer: string, clock: { t: number } }
 
-async function serve (t: TapTest): Promise<Served> {
+/**
+ * oidc-provider unpaced and the gateway in front of it, given the upstream's client ids
+ * (`isClient`, examples/client-auth.js's CLIENTS, which oidc-provider serves) as the recommended
+ * set-up is, or not given them (`registry: false`).
+ */
+async function serve (t: TapTest, { registry = true } = {}): Promise<Served> {
   const { provider } = await import('../examples/oidc-provider.js')
   const { buildGateway } = await import('../examples/gateway.js')
+  const { CLIENTS } = await import('../examples/client-auth.js')
   const port = await freePort()
   const issuer = `http://127.0.0.1:${port}`
   const upstream = http.createServer(provider(issuer).callback())
   await new Promise<void>(resolve => upstream.listen(port, '127.0.0.1', resolve))
   t.teardown(() => new Promise(resolve => upstream.close(resolve)))
   const clock = { t: 0 }
-  const gateway: FastifyInstance = await buildGateway({ upstream: issuer, now: () => clock.t, trustProxy: '127.0.0.1' })
+  const isClient = registry ? (id: string) => CLIENTS.has(id) : undefined
+  const gateway: FastifyInstance = await buildGateway({ upstream: issuer, now: () => clock.t, trustProxy: '127.0.0.1', isClient })
   t.teardown(() => gateway.close())
   await gateway.listen({ port: 0, host: '127.0.0.1' })
   const base = `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`
@@ -77,7 +85,7 @@ t.test('client_secret_basic, client_secret_post and private_key_jwt verify upstr
   await t.rejects(client.clientCredentialsGrant(billing), { name: 'ResponseBodyError', status: 429, error: 'temporarily_unavailable' })
 })
 
-t.test('a guesser is refused after five wrong secrets, each refunded to the client it names; a flood of made-up ids leaves no row', { skip }, async t => {
+t.test('a guesser is refused after five wrong secrets, each refunded to the client it names', { skip }, async t => {
   const served = await serve(t)
   const { gateway, base } = served
   for (let i = 0; i < 5; i++) {
@@ -87,14 +95,36 @@ t.test('a guesser is refused after five wrong secrets, each refunded to the clie
   const sixth = await fetch(`${base}/token`, form({ grant_type: 'client_credentials', client_id: 'billing', client_secret: 'guess' }, GUESSER))
   t.equal(sixth.status, 429)
   t.equal(gateway.pace.counts('token').refunded, 5)
-  for (let i = 0; i < 10; i++) {
-    const flood = await fetch(`${base}/token`, form({ grant_type: 'client_credentials', client_id: randomUUID(), client_secret: 'x' }, GUESSER))
-    t.equal(flood.status, 401)
-  }
   t.equal(gateway.pace.get('token')!.size, 0)
   const billing = configFor(served, 'billing', client.ClientSecretPost('billing-secret'))
   for (let i = 0; i < 5; i++) await client.clientCredentialsGrant(billing)
   t.equal(gateway.pace.counts('token').refused, 0, 'the real client keeps its rate')
+})
+
+/** A wrong secret under `clientId` from `from`, through the gateway over HTTP. */
+const guessThrough = (base: string): SendGuess => async (clientId, from) => {
+  const response = await fetch(`${base}/token`, form({ grant_type: 'client_credentials', client_id: clientId, client_secret: 'guess' }, from))
+  return { status: response.status, retryAfter: Number(response.headers.get('retry-after')), body: await response.text() }
+}
+
+/** Three forwarded addresses: two IPv4, one IPv6 /64. */
+const FLOODERS = [GUESSER, '198.51.100.20', '2001:db8:1:2::1']
+
+t.test('with the upstream\'s client ids, a flood of made-up ids leaves no row keyed by a client id, a row per address', { skip }, async t => {
+  const { gateway, base } = await serve(t)
+  await floodOfMadeUpIds(t, gateway, guessThrough(base), { sources: FLOODERS, perSource: 10, isClient: true })
+})
+
+t.test('without them, each made-up id keeps a row in the pair\'s failure budget', { skip }, async t => {
+  const { gateway, base } = await serve(t, { registry: false })
+  await floodOfMadeUpIds(t, gateway, guessThrough(base), { sources: FLOODERS, perSource: 10, isClient: false })
+})
+
+t.test('an address is refused after 100 failures a day, whatever ids they name', { skip }, async t => {
+  const { base, clock } = await serve(t)
+  await spendSourceBudget(t, guessThrough(base), ms => { clock.t += ms }, GUESSER)
+  const billing = await fetch(`${base}/token`, form({ grant_type: 'client_credentials', client_id: 'billing', client_secret: 'billing-secret' }, '198.51.100.20'))
+  t.equal(billing.status, 200, 'another address is served')
 })
 
 t.test('the device grant through the gateway: polls faster than the interval are answered 400 slow_down', { skip }, async t => {
