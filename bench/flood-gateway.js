@@ -1,17 +1,19 @@
 // Part 5 through a gateway: the key flood (bench/flood.js) and the made-up ids from many sources
 // (bench/made-up-ids.js) sent to a Fastify gateway in front of oidc-provider started unpaced, over
 // real HTTP from the gateway to it, in simulated time: the two gateways of
-// bench/guessing-gateway.js, exchangepace's (examples/gateway.js, the README's three token paces,
-// the outcome read from oidc-provider's answer) and @fastify/rate-limit's as its README shows a
-// route's limit (5 a minute per address). The victim and real client is `billing`.
+// bench/guessing-gateway.js, exchangepace's (examples/gateway.js, the README's four token paces,
+// given the upstream's client ids as `isClient`, the outcome read from oidc-provider's answer) and
+// @fastify/rate-limit's as its README shows a route's limit (5 a minute per address). The victim and
+// real client is `billing`.
 //
 // The key flood: every TICK_MS, strangers send fresh random client ids with wrong secrets, each
 // from a /64 of its own in one /48 (what one attacker holds; a limiter keyed by address sees as
 // many addresses), then the victim's requests fire from its own address until one is refused. A
 // limiter that keeps the victim's rate, `limit` a `window`, admits at most limit x (1 + span /
 // window) over a span of the victim's requests; admitted-over-rate is what it let through beyond
-// that. Also: the rows it holds at the end and the heap's growth over the flood (the process holds
-// the gateway and oidc-provider both), from a second after the previous gateway closed.
+// that. Also: the rows it holds at the end (exchangepace's by pace too) and the heap's growth over
+// the flood (the process holds the gateway and oidc-provider both), from a second after the
+// previous gateway closed.
 //
 // oidc-provider 9 supports Node 22 and later: on an older Node the runs are skipped, and say why.
 
@@ -38,7 +40,7 @@ async function keyFlood (configuration, { ticks, strangersPerTick }) {
   const { limit, window } = configuration.rate
   const victim = tokenBody(configuration.client.id, configuration.client.secret)
   return withSimulatedDateNow(clock, async () => {
-    const { app, rows, close } = await configuration.build(clock)
+    const { app, rows, rowsByPace, close } = await configuration.build(clock)
     const send = async (remoteAddress, payload) => (await app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload, remoteAddress })).statusCode
     try {
       const heapBefore = await settledHeapMB()
@@ -73,6 +75,7 @@ async function keyFlood (configuration, { ticks, strangersPerTick }) {
         admittedOverRate: Math.max(0, victimAdmitted - victimAllowed),
         victimPerTick: perTick,
         rows: rows(),
+        ...(rowsByPace === undefined ? {} : { rowsByPace: rowsByPace() }),
         heapGrowthMB: heapMB() - heapBefore
       }
     } finally {

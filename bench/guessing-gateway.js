@@ -5,7 +5,9 @@
 // checked when it reaches oidc-provider, which answers it 401 invalid_client.
 //
 //   exchangepace, the gateway         examples/gateway.js: the token paces of examples/endpoint-paces.js
-//                                     (the README's three), the outcome read from oidc-provider's answer
+//                                     (the README's four), given the upstream's client ids (`isClient`,
+//                                     CLIENTS) as the recommended set-up is, the outcome read from
+//                                     oidc-provider's answer
 //   @fastify/rate-limit, the gateway  @fastify/reply-from with @fastify/rate-limit's per-route limit as
 //                                     its README shows it (`config: { rateLimit: { max, timeWindow } }`),
 //                                     5 a minute per address: a proxy's limiter cannot tell a failure
@@ -20,6 +22,7 @@ import replyFrom from '@fastify/reply-from'
 import { bodyBytes, keepBodyBytes } from '../examples/form-bytes.js'
 import { PACES } from '../examples/endpoint-paces.js'
 import { buildGateway } from '../examples/gateway.js'
+import { CLIENTS } from '../examples/client-auth.js'
 import { countedLocalStore } from './login-limiters.js'
 
 export const GATEWAY_CLIENT = { id: 'billing', secret: 'billing-secret' }
@@ -47,21 +50,24 @@ const CLIENT_PACE = PACES.token.find(pace => pace.name === 'token')
 /**
  * The two gateways. `build(clock)` resolves with the app, how to close it and upstream, and
  * `rows()`: what the limiter holds (exchangepace: rows over the gateway's paces;
- * @fastify/rate-limit: the entries of its route's LRU). `client` is the real client; `rate` its
- * rate as each limits it, `limit` requests a `window` of seconds.
+ * @fastify/rate-limit: the entries of its route's LRU); exchangepace's also `rowsByPace()`, its
+ * rows by pace name. `client` is the real client; `rate` its rate as each limits it, `limit`
+ * requests a `window` of seconds.
  */
 export const GATEWAY_CONFIGURATIONS = [
   {
     name: 'exchangepace, the gateway',
     library: 'exchangepace',
-    setup: 'examples/gateway.js (the token paces of examples/endpoint-paces.js)',
+    setup: 'examples/gateway.js (the token paces of examples/endpoint-paces.js), isClient: the upstream\'s CLIENTS',
     client: GATEWAY_CLIENT,
     rate: { limit: CLIENT_PACE.perSecond, window: 1, per: 'client id' },
     async build (clock) {
       const server = await upstream()
-      const app = await buildGateway({ upstream: server.base, paths: { token: '/token' }, now: clock.now })
-      const rows = () => app.pace.names().reduce((sum, name) => sum + app.pace.get(name).size, 0)
-      return { app, rows, close: async () => { await app.close(); await server.close() } }
+      // The upstream's client ids, as the recommended set-up gives them (docs/gateway.md).
+      const app = await buildGateway({ upstream: server.base, paths: { token: '/token' }, now: clock.now, isClient: id => CLIENTS.has(id) })
+      const rowsByPace = () => Object.fromEntries(app.pace.names().map(name => [name, app.pace.get(name).size]))
+      const rows = () => Object.values(rowsByPace()).reduce((sum, size) => sum + size, 0)
+      return { app, rows, rowsByPace, close: async () => { await app.close(); await server.close() } }
     }
   },
   {

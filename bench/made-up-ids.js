@@ -79,8 +79,9 @@ async function localApp (configuration, clock) {
 
 /**
  * One flood of `configuration` from `family`'s sources. A configuration with `build(clock)` is a
- * gateway in front of oidc-provider (bench/flood-gateway.js): it brings its app, `rows()` and
- * `close()`, and the real client is `client`; otherwise the token route of `configuration`.
+ * gateway in front of oidc-provider (bench/flood-gateway.js): it brings its app, `rows()` (and
+ * exchangepace's `rowsByPace()`, reported when given) and `close()`, and the real client is
+ * `client`; otherwise the token route of `configuration`.
  */
 export async function madeUpFlood (configuration, family, { sources, idsPerSource }) {
   const clock = simulatedClock()
@@ -88,7 +89,7 @@ export async function madeUpFlood (configuration, family, { sources, idsPerSourc
   const attacker = {}
   const client = { calls: 0, ok: 0 }
   const { id, secret } = configuration.client ?? { id: CLIENT_ID, secret: CLIENT_SECRET }
-  let heapBefore, heapAfter, rows, rss
+  let heapBefore, heapAfter, rows, rowsByPace, rss
   await withSimulatedDateNow(clock, async () => {
     const built = configuration.build === undefined ? await localApp(configuration, clock) : await configuration.build(clock)
     const send = (remoteAddress, payload) => built.app.inject({ method: 'POST', url: '/token', headers: { 'content-type': FORM }, payload, remoteAddress })
@@ -105,13 +106,14 @@ export async function madeUpFlood (configuration, family, { sources, idsPerSourc
         attacker[statusCode] = (attacker[statusCode] ?? 0) + 1
       }
       rows = built.rows()
+      rowsByPace = built.rowsByPace?.()
       heapAfter = heapMB()
       rss = process.memoryUsage().rss / 2 ** 20
     } finally {
       await built.close()
     }
   })
-  return { sources, requests: sources * idsPerSource, rows, heapGrowthMB: heapAfter - heapBefore, rssMB: rss, attackerStatuses: attacker, client }
+  return { sources, requests: sources * idsPerSource, rows, ...(rowsByPace === undefined ? {} : { rowsByPace }), heapGrowthMB: heapAfter - heapBefore, rssMB: rss, attackerStatuses: attacker, client }
 }
 
 /** The per-source failure budget in memory, one failure from each of `n` sources, with `maxKeys`. */

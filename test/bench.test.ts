@@ -168,7 +168,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.ok(run.keys >= 100 && run.keys <= 2 * 100 + 10, `keys per source in Redis, not per id: ${run.keys}`)
   })
 
-  t.test('flood: through a gateway before oidc-provider the victim keeps its rate; made-up ids leave rows per pair and address', async t => {
+  t.test('flood: through a gateway before oidc-provider the victim keeps its rate; made-up ids leave rows per address, none per id', async t => {
     const through = read(out, 'flood').throughGateway
     // oidc-provider 9 needs Node 22, as for the guessing through a gateway below.
     if (nodeMajor < 22) {
@@ -183,13 +183,16 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
       t.same(r.strangerStatuses, { 401: 40 }, `${r.name}: every stranger answered by oidc-provider`)
       t.same([r.victimAdmitted, r.admittedOverRate], [5, 0], `${r.name}: the victim's 5, then nothing over its rate`)
     }
-    t.ok(exchangepace.rows >= 2 * 40 && exchangepace.rows <= 2 * 40 + 2, `a failure row per (made-up id, address) and a ceiling row per address, and the victim's: ${exchangepace.rows}`)
+    t.same([exchangepace.rowsByPace.failures, exchangepace.rowsByPace['source-failures']], [0, 40], 'with isClient: no pair row for a made-up id, a failure-budget row per address')
+    t.ok(exchangepace.rows >= 2 * 40 && exchangepace.rows <= 2 * 40 + 2, `a failure-budget row and a ceiling row per address, and the victim's: ${exchangepace.rows}`)
     t.equal(ratelimit.rows, 41, 'an entry per address, the victim\'s among them')
     t.equal(through.madeUp.length, 4)
     for (const r of through.madeUp) {
       t.same(r.attackerStatuses, { 401: 10 }, `${r.name}, ${r.family}: every made-up id reached oidc-provider`)
       t.equal(r.client.ok, r.client.calls, `${r.name}, ${r.family}: the real client served`)
-      if (r.name === 'exchangepace, the gateway') t.ok(r.rows >= 10 + 5 && r.rows <= 10 + 5 + 2, `without isClient, a pair row per made-up id and a ceiling row per source: ${r.rows}`)
+      if (r.name !== 'exchangepace, the gateway') continue
+      t.same([r.rowsByPace.failures, r.rowsByPace['source-failures']], [0, 5], `${r.family}: with isClient, no pair row for a made-up id, a failure-budget row per source`)
+      t.ok(r.rows >= 2 * 5 && r.rows <= 2 * 5 + 2, `${r.family}: a failure-budget row and a ceiling row per source, and the real client's: ${r.rows}`)
     }
   })
 
