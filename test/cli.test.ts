@@ -234,7 +234,8 @@ t.test('durations read as a person reads them', async t => {
 t.test('bin.ts runs the CLI with the process\'s arguments, and sets the exit code', async t => {
   const bin = fileURLToPath(new URL('../lib/operator/bin.ts', import.meta.url))
   const run = async (argv: string[]) => {
-    const child = spawn(process.execPath, ['--import=tsx/esm', bin, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] })
+    // TypeScript loaded as the test files are (see the tap config in package.json).
+    const child = spawn(process.execPath, [`--import=${new URL('./helpers/typescript.mjs', import.meta.url).href}`, bin, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] })
     let stdout = ''
     let stderr = ''
     child.stdout.on('data', chunk => { stdout += String(chunk) })

@@ -23,8 +23,8 @@ interface Phase {
 
 /** `node examples/demo.js`, what `npm run demo` runs: its exit code and what it printed. */
 function runProgram (): Promise<{ code: number | null, stdout: string }> {
-  // Without tap's coverage hooks: the child loads examples/demo.js as node does, not as tsx does in
-  // this process, and its coverage of the file would stand in for this process's (which runs the
+  // Without tap's coverage hooks: the child loads examples/demo.js as node does, not through the tests'
+  // hooks in this process, and its coverage of the file would stand in for this process's (which runs the
   // other servers' paths too) instead of adding to it.
   const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => name !== 'NODE_OPTIONS' && name !== 'NODE_V8_COVERAGE' && !name.startsWith('_TAPJS_')))
   const child = spawn(process.execPath, [fileURLToPath(new URL('../examples/demo.js', import.meta.url))], { stdio: ['ignore', 'pipe', 'inherit'], env })
