@@ -172,9 +172,9 @@ async function connect (ioredis: Ioredis, command: CliCommand): Promise<Client> 
     await client.connect()
   } catch (err) {
     client.disconnect()
-    // ioredis tells why in an error event before connect() rejects with "Connection is closed.";
-    // the rejection's own message is the fallback for a failure that came without one.
-    const why = errors[0] ?? err as Error
+    // ioredis tells why in an error event before connect() rejects with "Connection is closed.":
+    // the first error heard says why, and the rejection's own message follows it.
+    const why = [...errors, err as Error][0]!
     throw new Error(`Redis at ${url.protocol}//${url.host} does not answer (${why.message}); nothing was changed`, { cause: err })
   }
   return client
