@@ -1,8 +1,8 @@
 import t from 'tap'
 import { buildServer } from '../examples/oauth2-server.js'
 import { RedisStore } from '../lib/index.js'
-import { main } from '../lib/operator/cli.js'
 import { NO_ROW } from '../lib/operator/cli-report.js'
+import { runCli } from './helpers/cli.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 import { hostname, userInfo } from 'node:os'
 import { secretKey } from '../lib/index.js'
@@ -35,15 +35,7 @@ if (redis !== null) {
     headers: { authorization: `Basic ${Buffer.from(`${REPORTING.id}:${secret}`).toString('base64')}`, 'content-type': 'application/x-www-form-urlencoded' },
     payload: 'grant_type=client_credentials'
   })
-  const cli = async (...argv: string[]) => {
-    const out = { stdout: '', stderr: '', code: -1 }
-    out.code = await main([...argv, '--redis', url, ...(argv.includes('--prefix') ? [] : ['--prefix', prefix])], {
-      stdout: { write: (text: string) => { out.stdout += text } },
-      stderr: { write: (text: string) => { out.stderr += text } },
-      env: {}
-    })
-    return out
-  }
+  const cli = (...argv: string[]) => runCli([...argv, '--redis', url, ...(argv.includes('--prefix') ? [] : ['--prefix', prefix])])
   /**
    * Every key under the test's prefix that lives longer than a minute (a one-second pace's rows
    * expire on their own meanwhile), with its value: what "nothing changed" compares.

@@ -3,26 +3,15 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { createServer, type AddressInfo, type Socket } from 'node:net'
 import { fileURLToPath } from 'node:url'
-import { main, USAGE } from '../lib/operator/cli.js'
+import { USAGE } from '../lib/operator/cli.js'
 import { duration, listText } from '../lib/operator/cli-report.js'
+import { runCli as cli } from './helpers/cli.js'
 
 /**
  * `exchangepace` without a Redis server: help, every command line it refuses (exit 2, nothing
  * sent), ioredis missing, and a Redis that refuses or does not answer (exit 1, promptly). The
  * commands against a real Redis are test/cli-redis.test.ts's.
  */
-
-/** Runs the CLI in-process with `argv` and `env`; what it wrote and its exit code. */
-async function cli (argv: string[], env: Record<string, string> = {}, ioredis?: () => Promise<unknown>) {
-  const out = { stdout: '', stderr: '', code: -1 }
-  out.code = await main(argv, {
-    stdout: { write: (text: string) => { out.stdout += text } },
-    stderr: { write: (text: string) => { out.stderr += text } },
-    env,
-    ioredis
-  })
-  return out
-}
 
 /** A command that would act, were Redis there: the options each bad case changes one of. */
 const GOOD = ['--redis', 'redis://127.0.0.1:1', '--pace', '/token#client']

@@ -1,10 +1,12 @@
 import t from 'tap'
+import { fileURLToPath } from 'node:url'
 import { fleetFromEnv } from '../examples/fleet.js'
 import { buildServer } from '../examples/oauth2-server.js'
 import { buildServer as buildExample } from '../examples/server.js'
-import { redisOrSkip } from './helpers/redis.js'
+import { runCli } from './helpers/cli.js'
+import { startExample } from './helpers/example-process.js'
+import { redisOrSkip, spareDatabase } from './helpers/redis.js'
 import { RedisStore } from '../lib/index.js'
-import { main } from '../lib/operator/cli.js'
 
 /** examples/fleet.js: what the examples read from their environment to run as a fleet. */
 
@@ -69,13 +71,54 @@ if (redis !== null) {
     const locked = await admin('right-token')
     t.equal(locked.statusCode, 429, 'the right token is refused too')
     t.equal(locked.headers['retry-after'], '720', '12 minutes')
-    const out = { stdout: '', stderr: '' }
-    const code = await main(['reset', '--redis', url, '--prefix', prefix, '--pace', '/admin#source:rejected', '--source', '127.0.0.1'], {
-      stdout: { write: (text: string) => { out.stdout += text } },
-      stderr: { write: (text: string) => { out.stderr += text } },
-      env: {}
-    })
-    t.equal(code, 0, out.stderr)
+    const { code, stderr } = await runCli(['reset', '--redis', url, '--prefix', prefix, '--pace', '/admin#source:rejected', '--source', '127.0.0.1'])
+    t.equal(code, 0, stderr)
     t.equal((await admin('right-token')).statusCode, 200, 'back in')
+  })
+
+  t.test('node examples/server.js with REDIS_URL: two instances share a failure budget and a block, and SIGTERM ends each', async t => {
+    // The default prefix, as the example runs it: in a database of the test's own.
+    const { url, db } = await spareDatabase(redis, new URL(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'))
+    const keys = redis.duplicate({ db })
+    t.teardown(async () => {
+      const written = await keys.keys('exchangepace:*')
+      if (written.length > 0) await keys.del(...written)
+      await keys.quit()
+    })
+    const script = fileURLToPath(new URL('../examples/server.js', import.meta.url))
+    const env = { ...process.env, REDIS_URL: url, TRUST_PROXY: '127.0.0.1', PORT: '0' }
+    const instances = [
+      await startExample(t, script, env, /server on (http:\/\/127\.0\.0\.1:\d+)/),
+      await startExample(t, script, env, /server on (http:\/\/127\.0\.0\.1:\d+)/)
+    ]
+    const source = '198.51.100.61'
+    const token = async (base: string, secret: string): Promise<number> => {
+      const response = await fetch(`${base}/token`, {
+        method: 'POST',
+        headers: { authorization: `Basic ${Buffer.from(`reporting:${secret}`).toString('base64')}`, 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-for': source },
+        body: 'grant_type=client_credentials'
+      })
+      await response.arrayBuffer()
+      return response.status
+    }
+    const authorize = async (base: string): Promise<{ status: number, retryAfter: string | null }> => {
+      const response = await fetch(`${base}/authorize?response_type=code&client_id=webapp`, { redirect: 'manual', headers: { 'x-forwarded-for': source } })
+      await response.arrayBuffer()
+      return { status: response.status, retryAfter: response.headers.get('retry-after') }
+    }
+    const guesses = []
+    for (let i = 0; i < 5; i++) guesses.push(await token(instances[i % 2].base, `guess-${i}`))
+    t.same(guesses, [401, 401, 401, 401, 401], 'five wrong secrets over both instances')
+    t.same([await token(instances[0].base, 'reporting-secret'), await token(instances[1].base, 'reporting-secret')], [429, 429], 'one failure budget in Redis: the right secret is refused by both')
+
+    const blocked = await runCli(['block', '--redis', url, '--pace', '/authorize', '--source', source, '--seconds', '600'])
+    t.equal(blocked.code, 0, blocked.stderr)
+    for (const { base } of instances) t.match(await authorize(base), { status: 429, retryAfter: /^(600|599)$/ }, `${base} refuses the blocked address`)
+    const reset = await runCli(['reset', '--redis', url, '--pace', '/authorize', '--source', source])
+    t.equal(reset.code, 0, reset.stderr)
+    for (const { base } of instances) t.equal((await authorize(base)).status, 302, `${base} lets it in again`)
+
+    for (const instance of instances) instance.child.kill('SIGTERM')
+    t.same(await Promise.all(instances.map(instance => instance.exited)), [0, 0], 'each closes its server and its Redis connection, and exits')
   })
 }

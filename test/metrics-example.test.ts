@@ -6,6 +6,8 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import { exchangePace, RedisStore } from '../lib/index.js'
 import { paceMetrics } from '../examples/metrics.js'
 import { buildServer } from '../examples/server.js'
+import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
+import type { TapTest } from './shared-behaviour.js'
 
 /**
  * examples/metrics.js: exchangepace's counts exported with prom-client, read back by scraping
@@ -77,16 +79,23 @@ t.test('what a shared store did not decide is scraped per pace: grants and refus
   t.equal(scraped.get('exchangepace_store_unavailable'), 1)
 })
 
-t.test('the warnings are scraped per pace: shadow refusals and keys near the limit', async t => {
+/**
+ * The warnings scraped from an app on the plugin options `options` whose pace, in shadow and
+ * warning at half its bucket of 2 a minute, one client asks 4 times: [shadow_refusal, near_limit].
+ */
+async function scrapedWarnings (t: TapTest, options: Record<string, unknown>): Promise<Array<number | undefined>> {
   const app = Fastify()
   t.teardown(() => app.close())
-  await app.register(exchangePace, { now: () => 0 })
+  await app.register(exchangePace, options)
   app.post('/token', { config: { pace: { limit: 2, window: 60, key: 'client', spend: 'every', shadow: true, warnAt: 0.5 } } }, async () => ({ ok: true }))
   paceMetrics(app, { register: new Registry() })
   for (let i = 0; i < 4; i++) await app.inject({ method: 'POST', url: '/token', payload: { client_id: 'reporting' } })
   const scraped = await scrape(app)
-  const warnings = (warning: string) => scraped.get(`exchangepace_warnings_total{pace="/token",warning="${warning}"}`)
-  t.same([warnings('shadow_refusal'), warnings('near_limit')], [2, 1], 'the first grant spent half: one warning; the third and fourth would have been refused')
+  return ['shadow_refusal', 'near_limit'].map(warning => scraped.get(`exchangepace_warnings_total{pace="/token",warning="${warning}"}`))
+}
+
+t.test('the warnings are scraped per pace: shadow refusals and keys near the limit', async t => {
+  t.same(await scrapedWarnings(t, { now: () => 0 }), [2, 1], 'the first grant spent half: one warning; the third and fourth would have been refused')
 })
 
 t.test('with a shared store, its availability is a gauge', async t => {
@@ -112,3 +121,11 @@ t.test('node examples/metrics.js serves the example server with /metrics', async
   const scraped = samples(await (await fetch(url)).text())
   t.equal(scraped.get('exchangepace_decisions_total{pace="/token#client",decision="granted"}'), 0)
 })
+
+const redis = await redisOrSkip()
+if (redis !== null) {
+  t.test('the warnings are scraped per pace on a RedisStore too, as Redis decided them', async t => {
+    // A unit of the pace refills in 30 s on Redis's clock: none while the test runs.
+    t.same(await scrapedWarnings(t, { store: new RedisStore({ client: redis, prefix: uniquePrefix('metrics'), timeoutMs: 1000 }) }), [2, 1])
+  })
+}

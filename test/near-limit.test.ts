@@ -1,62 +1,25 @@
 import t from 'tap'
-import { Writable } from 'node:stream'
-import type { FastifyInstance } from 'fastify'
 import { RedisStore, type Pace, type PaceBucket, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
 import { NearLimit } from '../lib/bucket/near-limit.js'
-import { build, form, type TapTest } from './shared-behaviour.js'
+import { build, type TapTest } from './shared-behaviour.js'
+import { logSink } from './helpers/log-sink.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
+import { warnings } from './warning-behaviour.js'
 
 /**
  * Early warnings (`warnAt`): a grant that leaves that share of a key's bucket spent warns once,
- * counted, logged and told to onEvent, and not again until the key's bucket has been full.
+ * counted, logged and told to onEvent, and not again until the key's bucket has been full (that
+ * cycle on memory and on Redis: test/warning-behaviour.ts).
  */
 
 async function tokenApp (t: TapTest, pace: PaceRouteOptions, options: Record<string, unknown> = {}) {
-  const lines: Array<Record<string, any>> = []
-  const stream = new Writable({
-    write (chunk: Buffer, _encoding, done) {
-      for (const line of String(chunk).split('\n')) if (line !== '') lines.push(JSON.parse(line))
-      done()
-    }
-  })
+  const { stream, lines } = logSink()
   const events: PaceEvent[] = []
-  const clock = { now: 0 }
-  const app = await build(t, { now: () => clock.now, onEvent: (event: PaceEvent) => { events.push(event) }, ...options }, app => {
+  const app = await build(t, { now: () => 0, onEvent: (event: PaceEvent) => { events.push(event) }, ...options }, app => {
     app.post('/token', { config: { pace } }, async () => ({ ok: true }))
   }, { logger: { level: 'info', stream } })
-  return { app, events, lines, clock }
+  return { app, events, lines }
 }
-
-const post = (app: FastifyInstance, id = 'c1') =>
-  app.inject({ method: 'POST', url: '/token', remoteAddress: '203.0.113.9', ...form(['client_id', id]) })
-
-/** How many of `count` requests warned, request by request. */
-async function warnings (app: FastifyInstance, count: number, id = 'c1'): Promise<number[]> {
-  const warned: number[] = []
-  for (let i = 0; i < count; i++) {
-    const before = app.pace.counts('/token')!.nearLimit
-    await post(app, id)
-    warned.push(app.pace.counts('/token')!.nearLimit - before)
-  }
-  return warned
-}
-
-t.test('the grant that spends the warnAt share warns once; no more until the bucket is full again', async t => {
-  const { app, events, lines, clock } = await tokenApp(t, { limit: 10, window: 10, key: 'client', spend: 'every', warnAt: 0.8 })
-  t.same(await warnings(app, 11), [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], 'the eighth grant leaves 8 of 10 spent; the eleventh is refused')
-  clock.now = 5000
-  t.same(await warnings(app, 5), [0, 0, 0, 0, 0], 'half refilled, spent again: the bucket was never full, no second warning')
-  clock.now = 15_000
-  t.same(await warnings(app, 1), [0], 'full again, one grant: 1 of 10 spent')
-  t.same(await warnings(app, 7), [0, 0, 0, 0, 0, 0, 1], 'and the eighth warns again')
-  t.same(await warnings(app, 8, 'c2'), [0, 0, 0, 0, 0, 0, 0, 1], 'per key')
-  t.same(events.filter(event => event.type === 'near-limit').slice(0, 1), [{ type: 'near-limit', name: '/token', keyKind: 'client', key: 'c1', outcome: null, retryAfterMs: 8000 }])
-  const logged = lines.filter(line => line.msg === 'exchangepace: near the limit, the key has spent its warnAt share of the pace')
-  t.equal(logged.length, 3)
-  t.match(logged[0], { level: 30, pace: '/token', keyKind: 'client', fullInMs: 8000 })
-  t.notOk('key' in logged[0], 'a client id only with logClientIds')
-  t.equal(app.pace.counts('/token')!.nearLimit, 3)
-})
 
 t.test('warnAt 1 warns at the grant that empties the bucket; a source key is logged', async t => {
   const { app, lines } = await tokenApp(t, { limit: 3, window: 60, key: 'source', spend: 'every', warnAt: 1 })

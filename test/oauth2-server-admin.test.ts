@@ -1,6 +1,8 @@
 import t from 'tap'
 import { buildServer } from '../examples/oauth2-server.js'
-import { RedisStore } from '../lib/index.js'
+import { hostname } from 'node:os'
+import { RedisStore, secretKey } from '../lib/index.js'
+import { runCli } from './helpers/cli.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 
 /**
@@ -173,4 +175,25 @@ t.test('a reset or block through the admin routes is logged with the key and the
     { pace: '/token#source', key: '192.0.2.5', action: 'blocked', by: 'alice@ops' },
     { pace: '/token#source', key: '192.0.2.5', action: 'reset', by: 'admin route from 127.0.0.1' }
   ])
+})
+
+t.test('on Redis, the admin routes\' resets and blocks are appended to the audit trail, by the operator the body names or the caller\'s address', async t => {
+  const redis = await redisOrSkip()
+  if (redis === null) return
+  const prefix = uniquePrefix('admin-audit')
+  t.teardown(async () => { await redis.del(...await redis.keys(`${prefix}*`), `${prefix}none`) })
+  const app = await server(t, { store: new RedisStore({ client: redis, prefix, timeoutMs: 1000 }) })
+  t.equal((await admin(app, 'block', { pace: '/token#client', client: REPORTING.id, seconds: 60, by: 'alice@ops' })).statusCode, 200)
+  t.equal((await admin(app, 'reset', { pace: '/token#client', client: REPORTING.id })).statusCode, 200)
+  t.equal((await admin(app, 'block', { pace: '/token#source', source: '192.0.2.5', seconds: 90, by: 'bob' })).statusCode, 200)
+  t.equal(await redis.type(`${prefix}audit`), 'stream', 'a Redis stream (XADD)')
+  t.equal(await redis.xlen(`${prefix}audit`), 3, 'one entry per action')
+  const read = await runCli(['audit', '--json', '--redis', process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', '--prefix', prefix])
+  t.equal(read.code, 0, read.stderr)
+  const hash = `sha256:${secretKey(REPORTING.id)}`
+  t.match(JSON.parse(read.stdout).entries, [
+    { action: 'block', pace: '/token#source', keyKind: 'source', key: '192.0.2.5', by: 'bob', host: hostname(), blockedMs: 90_000 },
+    { action: 'reset', pace: '/token#client', keyKind: 'client', key: hash, by: 'admin route from 127.0.0.1', host: hostname() },
+    { action: 'block', pace: '/token#client', keyKind: 'client', key: hash, by: 'alice@ops', host: hostname(), blockedMs: 60_000 }
+  ], 'newest first, read back by the CLI; a client id only as its hash')
 })

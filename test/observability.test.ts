@@ -1,8 +1,8 @@
 import t from 'tap'
-import { Writable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { PaceEvent, PaceRouteOptions } from '../lib/index.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
+import { logSink } from './helpers/log-sink.js'
 
 /**
  * What an operator sees without reading response codes: counts per pace on `fastify.pace`, log
@@ -14,18 +14,6 @@ const PACES: PaceRouteOptions[] = [
   { perSecond: 1, key: 'client', spend: 'accepted' },
   { perSecond: 50, key: 'source', spend: 'every' }
 ]
-
-/** A sink for Fastify's JSON log lines, parsed. */
-function logSink (): { stream: Writable, lines: Array<Record<string, any>> } {
-  const lines: Array<Record<string, any>> = []
-  const stream = new Writable({
-    write (chunk: Buffer, _encoding, done) {
-      for (const line of String(chunk).split('\n')) if (line !== '') lines.push(JSON.parse(line))
-      done()
-    }
-  })
-  return { stream, lines }
-}
 
 async function tokenApp (t: TapTest, options: Record<string, unknown> = {}) {
   const sink = logSink()
@@ -138,11 +126,4 @@ t.test('onEvent and logClientIds are checked when the plugin registers', async t
   ] as const) {
     await t.rejects(build(t, options, () => {}), { name: 'TypeError', message })
   }
-})
-
-t.test('a failure budget\'s refusal logs the address of the pair, and the client id only under logClientIds', async t => {
-  const { app, lines } = await tokenApp(t)
-  for (let i = 0; i < 3; i++) await post(app, `guess-${i}`)
-  const refused = lines.filter(line => line.msg === 'exchangepace: refused, the pace is spent')
-  t.same(refused.map(line => [line.pace, line.source, line.key]), [['/token#client+source:rejected', '203.0.113.9', undefined]])
 })

@@ -1,12 +1,14 @@
 import t from 'tap'
 import { RedisStore } from '../lib/index.js'
 import { redisPaceName } from '../lib/redis/scripts.js'
-import { operatorBehaviour } from './operator-behaviour.js'
+import { operatorBehaviour, type OperatorSetup } from './operator-behaviour.js'
+import { warningBehaviour } from './warning-behaviour.js'
 import { ClockedClient, redisOrSkip, uniquePrefix } from './helpers/redis.js'
 
-// The operator's API on a RedisStore: two replicas, each with a store of its own on one Redis
-// server, so that an action on one reaches the other only through Redis. The scripts and the
-// replicas' memories run on one clock of the test's (test/helpers/redis.ts, ClockedClient).
+// The operator's API, and what the operator hears of the paces' decisions, on a RedisStore: two
+// replicas, each with a store of its own on one Redis server, so that an action on one reaches the
+// other only through Redis. The scripts and the replicas' memories run on one clock of the test's
+// (test/helpers/redis.ts, ClockedClient).
 
 const client = await redisOrSkip()
 if (client !== null) {
@@ -17,12 +19,14 @@ if (client !== null) {
     const keys = await client.keys(`${prefix}*`)
     if (keys.length > 0) await client.del(...keys)
   })
-  operatorBehaviour(t, {
+  const setup: OperatorSetup = {
     options: scope => ({ now: () => clock, store: new RedisStore({ client: clocked, prefix: `${prefix}${scope}:`, timeoutMs: 1000 }) }),
     advance: ms => { clock += ms },
     shared: true,
     hasRow: async (scope, _app, name, key) => await client.exists(`${prefix}${scope}:${redisPaceName(name)}:${key}`) === 1
-  })
+  }
+  operatorBehaviour(t, setup)
+  warningBehaviour(t, setup)
 
   t.test('list on Redis matches the pace\'s own keys only, whatever characters its name holds', async t => {
     const { default: Fastify } = await import('fastify')

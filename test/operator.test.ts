@@ -2,17 +2,21 @@ import t from 'tap'
 import Fastify from 'fastify'
 import formbody from '@fastify/formbody'
 import { exchangePace, secretKey, type PaceStore } from '../lib/index.js'
-import { operatorBehaviour } from './operator-behaviour.js'
+import { operatorBehaviour, type OperatorSetup } from './operator-behaviour.js'
+import { warningBehaviour } from './warning-behaviour.js'
 
-// The operator's API on the default store, this replica's memory, on a clock of the test's.
+// The operator's API, and what the operator hears of the paces' decisions, on the default store,
+// this replica's memory, on a clock of the test's.
 
 let clock = 1_000_000
-operatorBehaviour(t, {
+const setup: OperatorSetup = {
   options: () => ({ now: () => clock }),
   advance: ms => { clock += ms },
   shared: false,
   hasRow: async (_scope, app, name) => (app.pace.get(name)?.size ?? 0) > 0
-})
+}
+operatorBehaviour(t, setup)
+warningBehaviour(t, setup)
 
 t.test('a store without the operator\'s methods refuses them with a TypeError; reserve still goes through it', async t => {
   const store: PaceStore = {

@@ -6,10 +6,9 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { delimiter, dirname, join } from 'node:path'
-import type { Redis } from 'ioredis'
 import { extractBlocks } from './helpers/doc-blocks.js'
 import { installedOrSkip } from './helpers/cluster.js'
-import { redisOrSkip } from './helpers/redis.js'
+import { redisOrSkip, spareDatabase } from './helpers/redis.js'
 import type { TapTest } from './shared-behaviour.js'
 
 /**
@@ -193,22 +192,6 @@ if (redis !== null) {
   t.test('every sh block of the runbook was run', async t => {
     t.same(blocks.filter(block => !ran.has(block.code)).map(block => `${block.file}:${block.line}`), [])
   })
-}
-
-/**
- * The URL of a database of `base`'s server that holds no key of the default prefix (tried from
- * one chosen by the process id on), so that the runbook's commands, which give no --prefix, see
- * only the test's keys.
- */
-async function spareDatabase (redis: Redis, base: URL): Promise<{ url: string, db: number }> {
-  for (let i = 0; i < 15; i++) {
-    const db = 1 + (process.pid + i) % 15
-    const probe = redis.duplicate({ db })
-    const [, keys] = await probe.scan('0', 'MATCH', 'exchangepace:*', 'COUNT', 1000)
-    await probe.quit()
-    if (keys.length === 0) return { url: Object.assign(new URL(base), { pathname: `/${db}` }).href, db }
-  }
-  throw new Error(`every database of ${base.host} but 0 holds keys of the prefix exchangepace:`)
 }
 
 /** The addresses of the `count` replicas `fleet` started, read from what each prints once it listens. */

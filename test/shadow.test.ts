@@ -1,26 +1,15 @@
 import t from 'tap'
 import fc from 'fast-check'
-import { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { RedisStore, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
+import { logSink } from './helpers/log-sink.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 
 /**
  * Shadow mode: a pace that decides as ever but refuses nothing. Its refusals are counted, logged
  * and told to onEvent; its bucket evolves as when enforcing; it writes no quota headers.
  */
-
-function logLines (): { stream: Writable, lines: Array<Record<string, any>> } {
-  const lines: Array<Record<string, any>> = []
-  const stream = new Writable({
-    write (chunk: Buffer, _encoding, done) {
-      for (const line of String(chunk).split('\n')) if (line !== '') lines.push(JSON.parse(line))
-      done()
-    }
-  })
-  return { stream, lines }
-}
 
 interface Shadowed {
   app: FastifyInstance
@@ -30,7 +19,7 @@ interface Shadowed {
 }
 
 async function tokenApp (t: TapTest, paces: PaceRouteOptions | PaceRouteOptions[], options: Record<string, unknown> = {}): Promise<Shadowed> {
-  const sink = logLines()
+  const sink = logSink()
   const events: PaceEvent[] = []
   const clock = { now: 0 }
   const app = await build(t, { now: () => clock.now, onEvent: (event: PaceEvent) => { events.push(event) }, ...options }, app => {

@@ -35,6 +35,22 @@ export function uniquePrefix (label: string): string {
   return `exchangepace-test:${label}:${process.pid}:${Date.now()}:`
 }
 
+/**
+ * The URL of a database of `base`'s server that holds no key of the default prefix (tried from
+ * one chosen by the process id on), so that what runs there on the default prefix (the runbook's
+ * commands, which give no --prefix, an example started with REDIS_URL) sees only the test's keys.
+ */
+export async function spareDatabase (redis: Redis, base: URL): Promise<{ url: string, db: number }> {
+  for (let i = 0; i < 15; i++) {
+    const db = 1 + (process.pid + i) % 15
+    const probe = redis.duplicate({ db })
+    const [, keys] = await probe.scan('0', 'MATCH', 'exchangepace:*', 'COUNT', 1000)
+    await probe.quit()
+    if (keys.length === 0) return { url: Object.assign(new URL(base), { pathname: `/${db}` }).href, db }
+  }
+  throw new Error(`every database of ${base.host} but 0 holds keys of the prefix exchangepace:`)
+}
+
 /** Whether the tests run under CI, where what a test needs must be there (.ci/run installs it). */
 export function underCI (): boolean {
   return process.env.CI !== undefined && process.env.CI !== '' && process.env.CI !== 'false'
