@@ -39,17 +39,30 @@ export function uniquePrefix (label: string): string {
  * The URL of a database of `base`'s server that holds no key of the default prefix (tried from
  * one chosen by the process id on), so that what runs there on the default prefix (the runbook's
  * commands, which give no --prefix, an example started with REDIS_URL) sees only the test's keys.
+ * The database is claimed (a key of its own, set only if absent, deleted when the test file ends)
+ * so that two test files running at once, in one run or in two, never share one.
  */
 export async function spareDatabase (redis: Redis, base: URL): Promise<{ url: string, db: number }> {
   for (let i = 0; i < 15; i++) {
     const db = 1 + (process.pid + i) % 15
     const probe = redis.duplicate({ db })
-    const [, keys] = await probe.scan('0', 'MATCH', 'exchangepace:*', 'COUNT', 1000)
+    const claimed = await probe.set(CLAIM, String(process.pid), 'PX', 600_000, 'NX') === 'OK'
+    const [, keys] = claimed ? await probe.scan('0', 'MATCH', 'exchangepace:*', 'COUNT', 1000) : ['0', ['taken']]
+    if (claimed && keys.length === 0) {
+      t.teardown(async () => {
+        await probe.del(CLAIM)
+        await probe.quit()
+      })
+      return { url: Object.assign(new URL(base), { pathname: `/${db}` }).href, db }
+    }
+    if (claimed) await probe.del(CLAIM)
     await probe.quit()
-    if (keys.length === 0) return { url: Object.assign(new URL(base), { pathname: `/${db}` }).href, db }
   }
-  throw new Error(`every database of ${base.host} but 0 holds keys of the prefix exchangepace:`)
+  throw new Error(`every database of ${base.host} but 0 is claimed by another test or holds keys of the prefix exchangepace:`)
 }
+
+/** The key by which a test claims a database of its own (outside the default prefix, which the test's code scans). */
+const CLAIM = 'exchangepace-test-claim'
 
 /** Whether the tests run under CI, where what a test needs must be there (.ci/run installs it). */
 export function underCI (): boolean {
