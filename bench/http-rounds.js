@@ -122,6 +122,16 @@ function load (server, config, how, seconds) {
   })
 }
 
+/**
+ * One request of `config` to `server`, awaited however long it takes. A smoke run's rounds are too
+ * short to warm anything up, and a server that is still connecting to Redis (or compiling) when one
+ * starts answers nothing within it on a loaded machine; after this, it has answered once.
+ */
+async function firstAnswer (server, config) {
+  const response = await fetch(`http://127.0.0.1:${server.port}${config.url}`, { method: 'POST', headers: { 'content-type': FORM }, body: config.body })
+  await response.arrayBuffer()
+}
+
 /** A round's figures from the server's reading (`stopped`) and autocannon's result. */
 function sample (stopped, result) {
   const statuses = {}
@@ -207,8 +217,9 @@ async function repetition (run, rep, pinned, runs) {
   const servers = {}
   try {
     await startServers([...new Set(Object.values(groups).flat().map(config => config.kind))], pinned, label, servers)
-    if (!run.smoke) {
-      for (const config of Object.values(groups).flat()) await load(servers[config.kind], config, 'sequential', 0.5)
+    for (const config of Object.values(groups).flat()) {
+      if (run.smoke) await firstAnswer(servers[config.kind], config)
+      else await load(servers[config.kind], config, 'sequential', 0.5)
     }
     for (const how of ['sequential', 'paired']) {
       for (const group of Object.keys(groups)) {
