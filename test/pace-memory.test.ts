@@ -1,7 +1,7 @@
 import t from 'tap'
 import fc from 'fast-check'
 import { Pace } from '../lib/bucket/pace.js'
-import { SlotTable } from '../lib/bucket/slot-table.js'
+import { SlotTable } from '../lib/bucket/row-table.js'
 
 /**
  * Memory is bounded by who spent within the last horizon, not by who was named. Measured here in

@@ -1,5 +1,5 @@
 import { bucketState, type BucketState } from './state.js'
-import { SlotTable } from './slot-table.js'
+import { SlotTable } from './row-table.js'
 
 /** A monotonic clock in milliseconds. Wall-clock time (Date.now) must not be used: a jump would refill or drain buckets. */
 export type Clock = () => number

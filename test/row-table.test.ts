@@ -1,5 +1,5 @@
 import t from 'tap'
-import { SlotTable } from '../lib/bucket/slot-table.js'
+import { SlotTable } from '../lib/bucket/row-table.js'
 
 /** A table holding `count` keys `k0`, `k1`, ... with `k<i>` holding `i`, counted at time `i`. */
 function tableOf (count: number): SlotTable {
