@@ -1,105 +1,105 @@
 /**
- * A map from string keys to a small fixed record each, built so that updating a key's record
- * allocates nothing. A record is a number, a stamp set when the record starts, a count, the time
- * of the latest count (what `removeCountedBy` compares), and which of the 32 latest counts are
- * marked. A stamp is never given twice in one table, so a slot and a stamp name one record for
- * good: a caller may keep them and find the record again without the key, as long as `holds`
- * says the slot still has it.
+ * A pace's rows: a map from string keys to a small fixed record each, built so that updating a
+ * key's record allocates nothing. A record is a number, its run (a number given when the record
+ * starts), a count, the time of the latest count (what `removeCountedBy` compares), and which of
+ * the 32 latest counts are marked. Records sit in numbered rows of one buffer; a run is never given
+ * twice in one table, so a row number and a run name one record for good: a caller may keep them
+ * and find the record again without the key, as long as `holds` says the row still has it.
  *
  * A `Map<string, number>` holding arbitrary doubles boxes every stored value in a fresh heap number
  * on each `set`, which on the pace's hot path costs about as much as the lookup itself. Here the Map
- * holds a small integer (a slot index, which V8 keeps unboxed) and the records live one after the
+ * holds a small integer (a row number, which V8 keeps unboxed) and the records live one after the
  * other in one buffer, 32 bytes each (three doubles, then the count and the marks as two int32s),
  * so that a record is one read of memory however large the table. Writing a key's record is a few
  * typed-array stores.
  *
  * Invariants:
- * - every key in `#slotOf` owns exactly one slot, and no two keys share one;
- * - every slot below `#nextUnused` is either owned by a key or on the free list, never both. The
- *   free list is threaded through the numbers themselves: a free slot holds the index of the next
- *   free slot (-1 ends the list), so freeing costs no memory beside the buffer; a free or unused
- *   slot's stamp is 0, which no record has;
- * - a record keeps its stamp while it lives, wherever a resize moves it;
- * - the buffer grows by doubling when no slot is free, and `removeCountedBy` shrinks it when at most
+ * - every key in `#rowOf` owns exactly one row, and no two keys share one;
+ * - every row below `#nextUnused` is either owned by a key or on the free list, never both. The
+ *   free list is threaded through the numbers themselves: a free row holds the number of the next
+ *   free row (-1 ends the list), so freeing costs no memory beside the buffer; a free or unused
+ *   row's run is 0, which no record has;
+ * - a record keeps its run while it lives, wherever a resize moves it;
+ * - the buffer grows by doubling when no row is free, and `removeCountedBy` shrinks it when at most
  *   a quarter is in use, so memory follows the number of live keys in both directions.
  *
  * Not safe to share between threads; in one JavaScript thread every method runs to completion.
  */
-export class SlotTable {
-  static readonly MIN_SLOTS = 16
+export class RowTable {
+  static readonly MIN_ROWS = 16
 
-  #slotOf = new Map<string, number>()
-  /** Slot i: the number at [4i], the stamp at [4i + 1], the time of the latest count at [4i + 2]. */
-  #doubles = new Float64Array(4 * SlotTable.MIN_SLOTS)
+  #rowOf = new Map<string, number>()
+  /** Row i: the number at [4i], the run at [4i + 1], the time of the latest count at [4i + 2]. */
+  #doubles = new Float64Array(4 * RowTable.MIN_ROWS)
   /**
-   * The same buffer: slot i's count at [8i + 6] and its marks at [8i + 7] (bit j set: the count j
+   * The same buffer: row i's count at [8i + 6] and its marks at [8i + 7] (bit j set: the count j
    * before the latest is marked; counts further back read as unmarked).
    */
   #ints = new Int32Array(this.#doubles.buffer)
-  /** The first slot of the free list, or -1. */
+  /** The first row of the free list, or -1. */
   #freeHead = -1
-  /** The latest stamp given: stamps count up from 1 (exact as doubles for 2^53 records). */
-  #lastStamp = 0
+  /** The latest run given: runs count up from 1 (exact as doubles for 2^53 records). */
+  #lastRun = 0
   #nextUnused = 0
 
   /** Number of keys held. */
   get size (): number {
-    return this.#slotOf.size
+    return this.#rowOf.size
   }
 
-  /** Slots allocated (live, free or never used): what the table costs beside the Map. */
+  /** Rows allocated (live, free or never used): what the table costs beside the Map. */
   get capacity (): number {
     return this.#doubles.length >> 2
   }
 
   /** The keys held, in insertion order. The table must not change while they are read. */
   keys (): IterableIterator<string> {
-    return this.#slotOf.keys()
+    return this.#rowOf.keys()
   }
 
-  /** The slot of `key`, or -1 when the key has no row. Does not change the table. */
-  slot (key: string): number {
-    const slot = this.#slotOf.get(key)
-    return slot === undefined ? -1 : slot
+  /** The row of `key`, or -1 when the key has no row. Does not change the table. */
+  row (key: string): number {
+    const row = this.#rowOf.get(key)
+    return row === undefined ? -1 : row
   }
 
-  /** The number stored in a slot returned by `slot`. */
-  read (slot: number): number {
-    return this.#doubles[slot << 2]
+  /** The number stored in a row returned by `row`. */
+  read (row: number): number {
+    return this.#doubles[row << 2]
   }
 
-  /** Replaces the number stored in a live slot. Allocates nothing. */
-  write (slot: number, value: number): void {
-    this.#doubles[slot << 2] = value
+  /** Replaces the number stored in a live row. Allocates nothing. */
+  write (row: number, value: number): void {
+    this.#doubles[row << 2] = value
   }
 
-  /** The stamp the slot's record started with. */
-  stamp (slot: number): number {
-    return this.#doubles[(slot << 2) + 1]
+  /** The run the row's record started with. */
+  run (row: number): number {
+    return this.#doubles[(row << 2) + 1]
   }
 
   /**
-   * Whether `slot` holds the record stamped `stamp`, a stamp this table gave: false once the record
-   * is removed or a resize has moved it to another slot. Any slot number may be asked about.
+   * Whether `row` holds the record of `run`, a run this table gave: false once the record
+   * is removed or a resize has moved it to another row. Any row number may be asked about.
    */
-  holds (slot: number, stamp: number): boolean {
-    const at = (slot << 2) + 1
-    return at < this.#doubles.length && this.#doubles[at] === stamp
+  holds (row: number, run: number): boolean {
+    const at = (row << 2) + 1
+    return at < this.#doubles.length && this.#doubles[at] === run
   }
 
-  /** The slot's count: 1 when its record started, plus one per `addCount`, less one per `uncount`, as an int32 (wrapping). */
-  count (slot: number): number {
-    return this.#ints[(slot << 3) + 6]
+  /** The row's count: 1 when its record started, plus one per `addCount`, less one per `uncount`, as an int32 (wrapping). */
+  count (row: number): number {
+    return this.#ints[(row << 3) + 6]
   }
 
   /** When the latest count happened (as given to `addCount` or `restart`); `uncount` leaves it. */
-  last (slot: number): number {
-    return this.#doubles[(slot << 2) + 2]
+  last (row: number): number {
+    return this.#doubles[(row << 2) + 2]
   }
 
   /** Stores `value`, adds one (unmarked) to the count, notes `at` as the time of it, and returns the new count. */
-  addCount (slot: number, value: number, at: number): number {
-    const record = slot << 2
+  addCount (row: number, value: number, at: number): number {
+    const record = row << 2
     const ints = this.#ints
     const count = (ints[(record << 1) + 6] + 1) | 0
     this.#doubles[record] = value
@@ -110,21 +110,21 @@ export class SlotTable {
   }
 
   /** Stores `value` and takes the latest (unmarked) count away. */
-  uncount (slot: number, value: number): void {
-    this.#doubles[slot << 2] = value
+  uncount (row: number, value: number): void {
+    this.#doubles[row << 2] = value
     const ints = this.#ints
-    ints[(slot << 3) + 6] = (ints[(slot << 3) + 6] - 1) | 0
-    ints[(slot << 3) + 7] >>>= 1
+    ints[(row << 3) + 6] = (ints[(row << 3) + 6] - 1) | 0
+    ints[(row << 3) + 7] >>>= 1
   }
 
   /** Marks the count `back` counts before the latest (0: the latest); beyond the 32 latest, nothing is kept. */
-  mark (slot: number, back: number): void {
-    if (back < 32) this.#ints[(slot << 3) + 7] |= 1 << back
+  mark (row: number, back: number): void {
+    if (back < 32) this.#ints[(row << 3) + 7] |= 1 << back
   }
 
   /** How many of the `within` latest counts are marked (of the 32 latest at most). */
-  markedWithin (slot: number, within: number): number {
-    const marks = this.#ints[(slot << 3) + 7]
+  markedWithin (row: number, within: number): number {
+    const marks = this.#ints[(row << 3) + 7]
     let bits = within >= 32 ? marks : marks & ((1 << within) - 1)
     bits -= (bits >>> 1) & 0x55555555
     bits = (bits & 0x33333333) + ((bits >>> 2) & 0x33333333)
@@ -132,57 +132,57 @@ export class SlotTable {
   }
 
   /**
-   * Starts a live slot's record afresh, under a new stamp: `value`, and a count of 1 (unmarked) at
-   * time `at`. Returns the time of the latest count the slot held before (meaningless for a free
-   * slot).
+   * Starts a live row's record afresh, under a new run: `value`, and a count of 1 (unmarked) at
+   * time `at`. Returns the time of the latest count the row held before (meaningless for a free
+   * row).
    */
-  restart (slot: number, value: number, at: number): number {
-    const record = slot << 2
+  restart (row: number, value: number, at: number): number {
+    const record = row << 2
     const doubles = this.#doubles
     const before = doubles[record + 2]
     doubles[record] = value
-    doubles[record + 1] = ++this.#lastStamp
+    doubles[record + 1] = ++this.#lastRun
     doubles[record + 2] = at
     this.#ints[(record << 1) + 6] = 1
     this.#ints[(record << 1) + 7] = 0
     return before
   }
 
-  /** Adds `key` (which must not be present) with the record `restart` starts, and returns its slot. */
+  /** Adds `key` (which must not be present) with the record `restart` starts, and returns its row. */
   insert (key: string, value: number, at: number): number {
-    let slot = this.#freeHead
-    if (slot !== -1) {
-      this.#freeHead = this.#doubles[slot << 2] | 0 // an index, kept a small integer for the Map
+    let row = this.#freeHead
+    if (row !== -1) {
+      this.#freeHead = this.#doubles[row << 2] | 0 // an index, kept a small integer for the Map
     } else {
       if (this.#nextUnused === this.capacity) this.#resize(this.capacity * 2)
-      slot = this.#nextUnused++
+      row = this.#nextUnused++
     }
-    this.restart(slot, value, at)
-    this.#slotOf.set(key, slot)
-    return slot
+    this.restart(row, value, at)
+    this.#rowOf.set(key, row)
+    return row
   }
 
-  /** Removes `key`, whose slot is `slot`, and puts the slot at the head of the free list. */
-  remove (key: string, slot: number): void {
-    this.#slotOf.delete(key)
-    this.#doubles[slot << 2] = this.#freeHead
-    this.#doubles[(slot << 2) + 1] = 0
-    this.#freeHead = slot
+  /** Removes `key`, whose row is `row`, and puts the row at the head of the free list. */
+  remove (key: string, row: number): void {
+    this.#rowOf.delete(key)
+    this.#doubles[row << 2] = this.#freeHead
+    this.#doubles[(row << 2) + 1] = 0
+    this.#freeHead = row
   }
 
   /**
    * Removes every key whose latest count came at or before `limit` (the time given to `addCount`
-   * or `restart`), then shrinks the buffer when no more than a quarter of the slots are live. Runs
+   * or `restart`), then shrinks the buffer when no more than a quarter of the rows are live. Runs
    * in time proportional to the number of keys.
    */
   removeCountedBy (limit: number): void {
     const doubles = this.#doubles
-    for (const [key, slot] of this.#slotOf) {
-      if (doubles[(slot << 2) + 2] <= limit) this.remove(key, slot)
+    for (const [key, row] of this.#rowOf) {
+      if (doubles[(row << 2) + 2] <= limit) this.remove(key, row)
     }
-    const live = this.#slotOf.size
-    if (live * 4 <= this.capacity && this.capacity > SlotTable.MIN_SLOTS) {
-      this.#resize(Math.max(SlotTable.MIN_SLOTS, live * 2))
+    const live = this.#rowOf.size
+    if (live * 4 <= this.capacity && this.capacity > RowTable.MIN_ROWS) {
+      this.#resize(Math.max(RowTable.MIN_ROWS, live * 2))
     }
   }
 
@@ -194,8 +194,8 @@ export class SlotTable {
   removeLowest (limit: number, most: number): number {
     const doubles = this.#doubles
     const found: number[] = []
-    for (const slot of this.#slotOf.values()) {
-      if (doubles[slot << 2] <= limit) found.push(doubles[slot << 2])
+    for (const row of this.#rowOf.values()) {
+      if (doubles[row << 2] <= limit) found.push(doubles[row << 2])
     }
     let below = limit
     let atLimit = most
@@ -208,10 +208,10 @@ export class SlotTable {
       atLimit = most - under
     }
     let removed = 0
-    for (const [key, slot] of this.#slotOf) {
-      const number = doubles[slot << 2]
+    for (const [key, row] of this.#rowOf) {
+      const number = doubles[row << 2]
       if (number < below || (number === below && atLimit-- > 0)) {
-        this.remove(key, slot)
+        this.remove(key, row)
         removed++
       }
     }
@@ -222,13 +222,13 @@ export class SlotTable {
   lowest (): number {
     const doubles = this.#doubles
     let lowest = Infinity
-    for (const slot of this.#slotOf.values()) lowest = Math.min(lowest, doubles[slot << 2])
+    for (const row of this.#rowOf.values()) lowest = Math.min(lowest, doubles[row << 2])
     return lowest
   }
 
   /**
-   * Moves the live records to the front of a buffer of `length` slots (`length` > live keys), with
-   * an empty free list. Reassigning an existing key's slot in the Map updates it in place and
+   * Moves the live records to the front of a buffer of `length` rows (`length` > live keys), with
+   * an empty free list. Reassigning an existing key's row in the Map updates it in place and
    * allocates no entry.
    */
   #resize (length: number): void {
@@ -237,17 +237,17 @@ export class SlotTable {
     const oldDoubles = this.#doubles
     const oldInts = this.#ints
     let next = 0
-    for (const [key, slot] of this.#slotOf) {
+    for (const [key, row] of this.#rowOf) {
       // Three doubles, then the two int32s as themselves (a double made of their bits might be a NaN
       // whose bits a copy would not keep).
-      const from = slot << 2
+      const from = row << 2
       const to = next << 2
       doubles[to] = oldDoubles[from]
       doubles[to + 1] = oldDoubles[from + 1]
       doubles[to + 2] = oldDoubles[from + 2]
       ints[(to << 1) + 6] = oldInts[(from << 1) + 6]
       ints[(to << 1) + 7] = oldInts[(from << 1) + 7]
-      this.#slotOf.set(key, next++)
+      this.#rowOf.set(key, next++)
     }
     this.#doubles = doubles
     this.#ints = ints
