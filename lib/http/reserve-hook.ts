@@ -7,7 +7,7 @@ import type { PaceRefusal } from './options.js'
 import { writeQuota, type QuotaItems } from './quota-headers.js'
 import { refuse, sendInvalidRequest } from './refusals.js'
 import type { Lane } from '../paces/named-pace.js'
-import { kTicket, type SlottedRequest } from './request-ticket.js'
+import { kTicket, type TicketedRequest } from './request-ticket.js'
 import type { PaceReservation, SharedPace } from '../store.js'
 import { PaceTicket } from './ticket.js'
 import type { AnswerReader } from './answer-outcome.js'
@@ -16,7 +16,7 @@ import { hijackWatched, watchHijacked, type HijackWatcher } from './raw-answer.j
 /**
  * The hooks that reserve before the handler (preHandler; onRequest for source paces spent on every
  * request): one unit from each of a route's paces, all or nothing, onto the request's ticket
- * (`request.pace`, read here through its slot: see request-ticket.ts).
+ * (`request.pace`, read here under `kTicket`: see request-ticket.ts).
  */
 
 /**
@@ -52,8 +52,8 @@ export interface ReserveStep {
 
 /** The hook: reserves `step`'s paces for `request`, on the request's ticket (made here if nothing read it yet). */
 export function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
-  const slotted = request as SlottedRequest
-  const paces = (slotted[kTicket] ?? (slotted[kTicket] = new RequestPaces(step.observer, request, step.answers))) as RequestPaces
+  const ticketed = request as TicketedRequest
+  const paces = (ticketed[kTicket] ?? (ticketed[kTicket] = new RequestPaces(step.observer, request, step.answers))) as RequestPaces
   if (step.shared) paces.ask(step, reply, next)
   else paces.reserve(step, reply, next)
 }
