@@ -251,7 +251,7 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
     this.#resolved = asked.length
     if (stop === null) return this.#goOn()
     if (stop.answer !== null) return this.#refuse(stop.bound, stop.lane, stop.key, stop.answer)
-    this.#giveBack()
+    this.#refundStep()
     ;(this.#next as HookHandlerDoneFunction)(stop.failure as Error)
   }
 
@@ -280,7 +280,7 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
 
   /** The key of `bound` could not be read: 400 for a malformed declaration, the error (a 500) for anything else. */
   #malformed (bound: BoundPace, err: Error): void {
-    this.#giveBack()
+    this.#refundStep()
     if (!(err instanceof InvalidRequest)) return (this.#next as HookHandlerDoneFunction)(err)
     this.#observer.invalid(this.#request, bound, err.message)
     sendInvalidRequest(this.#reply as FastifyReply, err.message)
@@ -295,7 +295,7 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
    */
   #refuse (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): void {
     this._refused = true
-    this.#giveBack()
+    this.#refundStep()
     const flying = bound.rule.spend === 'rejected' ? bound.named.inFlight.get(key) : undefined
     const inFlight = flying !== undefined && reservation.retryAfterMs <= flying * lane.window * 1000 / lane.limit
     const retryAfterMs = inFlight ? Math.min(reservation.retryAfterMs, IN_FLIGHT_RETRY_MS) : reservation.retryAfterMs
@@ -350,7 +350,7 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
    * commits is on a route without the plugin's onSend and onError hooks, so its ticket is settled
    * now or never.
    */
-  #giveBack (): void {
+  #refundStep (): void {
     this._refundFrom(this.#first)
     if ((this.#step as ReserveStep).commits) this._settle()
   }

@@ -59,7 +59,7 @@ class RedisReservation implements PaceReservation {
     if (pace === null) return
     this.#pace = null
     this.#local?.refund()
-    pace.giveBack(this.redisKey, this.run, this.count, this.at)
+    pace._giveBack(this.redisKey, this.run, this.count, this.at)
   }
 }
 
@@ -289,11 +289,12 @@ export class RedisPace implements SharedPace {
   }
 
   /**
-   * Refunds grant number `count` of the run of `redisKey` that began at `run`, made at `at`, in
-   * Redis. Nobody waits for it; a failure (a rejection, or a client that throws, which `reserve`
+   * @internal Called once per granted reservation by `RedisReservation.refund`, as `Pace._giveBack`
+   * is by `Reservation.refund`: gives grant number `count` of the run of `redisKey` that began at `run`, made at
+   * `at`, back to its bucket in Redis. Nobody waits for it; a failure (a rejection, or a client that throws, which `reserve`
    * survives too) only leaves it spent.
    */
-  giveBack (redisKey: string, run: number, count: number, at: number): void {
+  _giveBack (redisKey: string, run: number, count: number, at: number): void {
     try {
       const refunding = this.#windowMs === null
         ? this.#commands.exchangepaceRefund(redisKey, this.#rate, run, count, at)
