@@ -290,9 +290,9 @@ export class RedisPace implements SharedPace {
 
   /**
    * @internal Called once per granted reservation by `RedisReservation.refund`, as `Pace._giveBack`
-   * is by `Reservation.refund`: gives grant number `count` of the run of `redisKey` that began at `run`, made at
-   * `at`, back to its bucket in Redis. Nobody waits for it; a failure (a rejection, or a client that throws, which `reserve`
-   * survives too) only leaves it spent.
+   * is by `Reservation.refund`: gives grant number `count` of the run of `redisKey` that began at
+   * `run`, made at `at`, back to its bucket in Redis. Nobody waits for it; a failure (a rejection,
+   * or a client that throws, which `reserve` survives too) only leaves it spent.
    */
   _giveBack (redisKey: string, run: number, count: number, at: number): void {
     try {
