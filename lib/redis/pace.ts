@@ -115,7 +115,7 @@ export class RedisPace implements SharedPace {
   readonly #commands: PaceCommands
   readonly #prefix: string
   /** The bucket as the scripts take it: its limit, and its window in ms, or null for one second (see `scriptWindow`). */
-  readonly #rate: number
+  readonly #limit: number
   readonly #windowMs: number | null
   /** This replica's pace of the name, with `whenUnavailable: 'fallback'`; null with 'open' or 'closed'. */
   readonly #local: Pace | null
@@ -127,11 +127,11 @@ export class RedisPace implements SharedPace {
   /** Requests this pace decided without Redis's answer (an outage, a timeout, a redirection not followed): granted, and refused. */
   readonly unanswered = { granted: 0, refused: 0 }
 
-  constructor (store: PaceHost, commands: PaceCommands, prefix: string, rate: number, windowMs: number | null, local: Pace | null, log: PaceLog) {
+  constructor (store: PaceHost, commands: PaceCommands, prefix: string, limit: number, windowMs: number | null, local: Pace | null, log: PaceLog) {
     this.#store = store
     this.#commands = commands
     this.#prefix = prefix
-    this.#rate = rate
+    this.#limit = limit
     this.#windowMs = windowMs
     this.#local = local
     this.#log = log
@@ -160,8 +160,8 @@ export class RedisPace implements SharedPace {
       let answering: Promise<Buffer>
       try {
         answering = this.#windowMs === null
-          ? this.#commands.exchangepaceReserveBuffer(redisKey, this.#rate)
-          : this.#commands.exchangepaceReserveBuffer(redisKey, this.#rate, this.#windowMs)
+          ? this.#commands.exchangepaceReserveBuffer(redisKey, this.#limit)
+          : this.#commands.exchangepaceReserveBuffer(redisKey, this.#limit, this.#windowMs)
       } catch (err) {
         this.#failed(redisKey, local, err as Error, resolve)
         return
@@ -211,8 +211,8 @@ export class RedisPace implements SharedPace {
     }
     try {
       const answering = this.#windowMs === null
-        ? this.#commands.exchangepaceReserveAloneBuffer(redisKey, this.#rate)
-        : this.#commands.exchangepaceReserveAloneBuffer(redisKey, this.#rate, this.#windowMs)
+        ? this.#commands.exchangepaceReserveAloneBuffer(redisKey, this.#limit)
+        : this.#commands.exchangepaceReserveAloneBuffer(redisKey, this.#limit, this.#windowMs)
       answering.then(answered, failed)
     } catch (err) {
       failed(err as Error)
@@ -297,8 +297,8 @@ export class RedisPace implements SharedPace {
   _giveBack (redisKey: string, run: number, count: number, at: number): void {
     try {
       const refunding = this.#windowMs === null
-        ? this.#commands.exchangepaceRefund(redisKey, this.#rate, run, count, at)
-        : this.#commands.exchangepaceRefund(redisKey, this.#rate, run, count, at, this.#windowMs)
+        ? this.#commands.exchangepaceRefund(redisKey, this.#limit, run, count, at)
+        : this.#commands.exchangepaceRefund(redisKey, this.#limit, run, count, at, this.#windowMs)
       refunding.catch((err: Error) => { this.#lost(err) })
     } catch (err) {
       this.#lost(err as Error)
