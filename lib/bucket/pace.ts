@@ -45,8 +45,8 @@ const TICKS_PER_SECOND_OF_WINDOW = 1000
  */
 const SLACK = 1e-6
 
-/** What a reservation holds as the row's latest grant before its run when the run inserted the row. */
-const NO_ROW = -Infinity
+/** What a reservation holds as the row's latest grant before its run when the run inserted the row: none. */
+const NONE_BEFORE = -Infinity
 
 /** performance.now, bound once so the hot path calls it without a lookup. */
 const monotonic: Clock = performance.now.bind(performance)
@@ -106,7 +106,7 @@ export class Reservation {
 
 /** A refused reservation: nothing was debited, one unit is back in `retryAfterMs`, and the bucket is full in `fullInMs`. */
 function refusal (key: string, now: number, retryAfterMs: number, fullInMs: number): Reservation {
-  return new Reservation(null, key, -1, 0, 0, now, NO_ROW, false, 0, retryAfterMs, fullInMs)
+  return new Reservation(null, key, -1, 0, 0, now, NONE_BEFORE, false, 0, retryAfterMs, fullInMs)
 }
 
 /**
@@ -172,7 +172,7 @@ export class Pace {
   #sweepAtSize = RowTable.MIN_ROWS
 
   constructor (options: PaceOptions) {
-    const { limit, window } = checkRate(options ?? {})
+    const { limit, window } = checkBucket(options ?? {})
     const { now = monotonic, maxKeys = Infinity } = options
     if (typeof now !== 'function') {
       throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
@@ -218,7 +218,7 @@ export class Pace {
     // construction serves the three, which keeps this method small enough for V8 to inline it
     // whole, the Reservation included, into the plugin's hook.
     let count = 1
-    let before = NO_ROW
+    let before = NONE_BEFORE
     if (running) count = table.addCount(row, after, now)
     else if (row !== -1) before = table.restart(row, after, now)
     else if ((row = this.#insert(key, after, now)) === -1) return this.#refuseNewKey(key, now)
@@ -383,7 +383,7 @@ export class Pace {
    * inserted the row: a stranger refunded) the row goes.
    */
   #undo (key: string, row: number, count: number, before: number): void {
-    if (count === 1 && before !== NO_ROW) this.#table.restart(row, before, before)
+    if (count === 1 && before !== NONE_BEFORE) this.#table.restart(row, before, before)
     else this.#table.remove(key, row)
   }
 
@@ -418,7 +418,7 @@ export class Pace {
  * The bucket a pace's options declare: `limit` units refilled over `window` seconds (a `perSecond`
  * pace holds one second: `{ limit: perSecond, window: 1 }`). Throws a TypeError naming the option.
  */
-function checkRate (options: Partial<Record<'perSecond' | 'limit' | 'window', unknown>>): { limit: number, window: number } {
+function checkBucket (options: Partial<Record<'perSecond' | 'limit' | 'window', unknown>>): { limit: number, window: number } {
   const { perSecond, limit, window } = options
   if (perSecond !== undefined && (limit !== undefined || window !== undefined)) {
     throw new TypeError('exchangepace: a pace declares perSecond, or limit with window, not both')

@@ -144,7 +144,7 @@ export function paceRules (config: unknown, route: string, url: string, shadow =
       if (value !== undefined && !OPTIONS.includes(option)) throw new TypeError(`${prefix}${at}.${option} is not an option of a pace (${OPTIONS.join(', ')})`)
     }
     const rate = checkRate(options, at, fail)
-    const key = checkKey(options.key, at, fail)
+    const key = checkKeyOption(options.key, at, fail)
     const spend = options.spend
     if (spend !== 'accepted' && spend !== 'rejected' && spend !== 'every') fail(`${at}.spend`, "'accepted', 'rejected' or 'every'", spend)
     const rateOf = options.rateOf
@@ -190,7 +190,8 @@ function checkRate (options: Record<string, unknown>, at: string, fail: Fail): P
   return { limit: limit as number, window: window as number, perSecond: (limit as number) / (window as number), rate: { limit: limit as number, window: window as number } }
 }
 
-function checkKey (key: unknown, at: string, fail: Fail): PaceKeyKind {
+/** The `key` option of a pace: the kind of key it counts against. */
+function checkKeyOption (key: unknown, at: string, fail: Fail): PaceKeyKind {
   if (key === 'client' || key === 'source' || key === 'device_code' || key === 'bearer' || typeof key === 'function') return key as PaceKeyKind
   if (Array.isArray(key) && key.length === 2 && key[0] === 'client' && key[1] === 'source') return 'client+source'
   return fail(`${at}.key`, "'client', 'source', ['client', 'source'], 'device_code', 'bearer' or a function (request) => string | undefined", key)
