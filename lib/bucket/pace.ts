@@ -54,6 +54,23 @@ const monotonic: Clock = performance.now.bind(performance)
 export const defaultClock: Clock = monotonic
 
 /**
+ * @internal What a granted reservation keeps for its refund (see `Pace._giveBack`): the row's
+ * number and run, the grant's count in the run and its scaled time, and the row's latest grant
+ * before the run; and what it tells: the whole units left and the time until the bucket is full.
+ */
+interface Grant {
+  readonly pace: Pace
+  readonly key: string
+  readonly row: number
+  readonly run: number
+  readonly count: number
+  readonly at: number
+  readonly before: number
+  readonly remaining: number
+  readonly fullInMs: number
+}
+
+/**
  * What one `reserve` decided. When granted, the unit was already debited; `refund()` gives it back.
  *
  * A refund gives back what leaves the bucket no fuller than had this unit never been granted: the
@@ -77,8 +94,8 @@ export class Reservation {
   readonly #at: number
   readonly #before: number
 
-  /** @internal Built by `Pace.reserve` only. */
-  constructor (pace: Pace | null, key: string, row: number, run: number, count: number, at: number, before: number, granted: boolean, remaining: number, retryAfterMs: number, fullInMs: number) {
+  /** @internal Built by `Pace.reserve` only, through `_granted` and `_refused`. */
+  private constructor (pace: Pace | null, key: string, row: number, run: number, count: number, at: number, before: number, granted: boolean, remaining: number, retryAfterMs: number, fullInMs: number) {
     this.#pace = pace
     this.#key = key
     this.#row = row
@@ -92,6 +109,16 @@ export class Reservation {
     this.fullInMs = fullInMs
   }
 
+  /** @internal A grant: the unit was debited, as `grant` says. */
+  static _granted (grant: Grant): Reservation {
+    return new Reservation(grant.pace, grant.key, grant.row, grant.run, grant.count, grant.at, grant.before, true, grant.remaining, 0, grant.fullInMs)
+  }
+
+  /** @internal A refusal: nothing was debited, one unit is back in `retryAfterMs`, and the bucket is full in `fullInMs`. */
+  static _refused (retryAfterMs: number, fullInMs: number): Reservation {
+    return new Reservation(null, '', -1, 0, 0, 0, NONE_BEFORE, false, 0, retryAfterMs, fullInMs)
+  }
+
   /**
    * Gives the debited unit back, once. A second call, or a call on a refused reservation, does
    * nothing. The bucket never holds more than its capacity afterwards.
@@ -102,11 +129,6 @@ export class Reservation {
     this.#pace = null
     pace._giveBack(this.#key, this.#row, this.#run, this.#count, this.#at, this.#before)
   }
-}
-
-/** A refused reservation: nothing was debited, one unit is back in `retryAfterMs`, and the bucket is full in `fullInMs`. */
-function refusal (key: string, now: number, retryAfterMs: number, fullInMs: number): Reservation {
-  return new Reservation(null, key, -1, 0, 0, now, NONE_BEFORE, false, 0, retryAfterMs, fullInMs)
 }
 
 /**
@@ -213,7 +235,7 @@ export class Pace {
     const running = stored > now
     const after = (running ? stored : now) + unit
     const shortfall = after - now - this.#capacity
-    if (shortfall > SLACK) return shortfall === Infinity ? this.#refuseBlocked(key, row, now) : refusal(key, now, shortfall / limit, (stored - now) / limit)
+    if (shortfall > SLACK) return shortfall === Infinity ? this.#refuseBlocked(key, row, now) : Reservation._refused(shortfall / limit, (stored - now) / limit)
     // A grant goes on with the row's run, restarts a row whose time had come, or inserts one. One
     // construction serves the three, which keeps this method small enough for V8 to inline it
     // whole, the Reservation included, into the plugin's hook.
@@ -221,8 +243,8 @@ export class Pace {
     let before = NONE_BEFORE
     if (running) count = table.addCount(row, after, now)
     else if (row !== -1) before = table.restart(row, after, now)
-    else if ((row = this.#insert(key, after, now)) === -1) return this.#refuseNewKey(key, now)
-    return new Reservation(this, key, row, table.run(row), count, now, before, true, Math.floor((SLACK - shortfall) / unit), 0, (after - now) / limit)
+    else if ((row = this.#insert(key, after, now)) === -1) return this.#refuseNewKey(now)
+    return Reservation._granted({ pace: this, key, row, run: table.run(row), count, at: now, before, remaining: Math.floor((SLACK - shortfall) / unit), fullInMs: (after - now) / limit })
   }
 
   /**
@@ -254,9 +276,9 @@ export class Pace {
   }
 
   /** A new key found the table at its ceiling with every row spent: refused until the next look at the rows. */
-  #refuseNewKey (key: string, now: number): Reservation {
+  #refuseNewKey (now: number): Reservation {
     const waitMs = (this.#lookAt - now) / this.limit
-    return refusal(key, now, waitMs, waitMs)
+    return Reservation._refused(waitMs, waitMs)
   }
 
   /**
@@ -267,7 +289,7 @@ export class Pace {
    */
   #refuseBlocked (key: string, row: number, now: number): Reservation {
     const until = this.#table.last(row)
-    if (until > now) return refusal(key, now, (until - now) / this.limit, (until - now) / this.limit)
+    if (until > now) return Reservation._refused((until - now) / this.limit, (until - now) / this.limit)
     this.#table.remove(key, row)
     return this.reserve(key)
   }
@@ -337,19 +359,22 @@ export class Pace {
    * When the bucket has been full since the run began (the row is gone, or began another run),
    * this unit had refilled by then and removing it changes nothing after: nothing is given back.
    * Otherwise the units kept alone would put the row at the later of two times: one unit earlier
-   * than it is (this one gone), and where the later kept grants put it by themselves. The second
-   * is bounded from above twice, and the row moves to the lower bound, so never below either time:
+   * than it is (this one gone: `withoutThis`), and where the later kept grants put it by themselves.
+   * The second is bounded from above twice, and the row moves to the lower bound, so never below
+   * either time:
    * - the run's latest grant (nothing counted after it) has nothing after it: one unit back, and
    *   the count goes back by one so that the grants before it count one grant fewer after them;
    * - the n grants counted after it and still kept came by `last`, so they hold the row at most
-   *   at `last` + n units. A refunded grant is kept no more: each refund marks its grant in the
-   *   row, which remembers the marks of the run's 32 latest grants (an older refunded grant
-   *   counts as kept, which only gives back less);
+   *   at `last` + n units (`keptReach`, never past where the row is). A refunded grant is kept
+   *   no more: each refund marks its grant in the row, which remembers the marks of the run's 32
+   *   latest grants (an older refunded grant counts as kept, which only gives back less);
    * - the row was at least one unit past `at` after this grant, and each later grant added a unit
-   *   to both, so the later grants alone hold it at most `last - at` above one unit earlier.
+   *   to both, so the later grants alone hold it at most `last - at` above one unit earlier
+   *   (`laterAtMost`).
    * A row left at or before the latest grant's time is full, and no grant of its run is kept: it
    * goes back to what it was before the run (`#undo`). No clock is read; a row a refund leaves in
-   * the past reads as full, and the sweep removes it one horizon after its latest grant.
+   * the past reads as full, and the sweep removes it one horizon after its latest grant. The
+   * derivation: docs/design.md, "Refunds" (later grants on the same key).
    */
   _giveBack (key: string, row: number, run: number, count: number, at: number, before: number): void {
     const table = this.#table
@@ -368,7 +393,10 @@ export class Pace {
       return
     }
     const keptLater = later - table.markedWithin(row, later)
-    const left = Math.min(full - unit + (last - at), Math.max(full - unit, Math.min(full, last + keptLater * unit)))
+    const withoutThis = full - unit
+    const keptReach = Math.min(full, last + keptLater * unit)
+    const laterAtMost = withoutThis + (last - at)
+    const left = Math.min(laterAtMost, Math.max(withoutThis, keptReach))
     if (left <= last + SLACK) return this.#undo(key, row, count, before)
     if (left < full) table.write(row, left)
     table.mark(row, later)
