@@ -40,7 +40,10 @@ export interface SharedPace {
  * because a row carries the one it was written at.
  */
 export interface StoredBucket {
-  /** Milliseconds until the bucket is full again (0: full, which is no row). */
+  /**
+   * Milliseconds until the bucket is full again (0: full, which is no row): what the code calls
+   * `fullInMs`, under the name the store contract was published with.
+   */
   readonly spentMs: number
   /** Milliseconds left of a block (0: none), and its end. */
   readonly blockedMs: number

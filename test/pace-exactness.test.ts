@@ -194,7 +194,7 @@ t.test('the match holds in runs longer than the 32 grants whose refunds a row re
 /**
  * Operations with crowds: many keys at once, each spending one unit, so that the table grows past
  * its smallest size and the sweeps shrink it again while reservations wait for their refunds. A
- * refund then finds its row moved, or its slot given to another key.
+ * refund then finds its row moved, or its row given to another key.
  */
 const crowdedOperation: fc.Arbitrary<Operation> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 600 }) }) },

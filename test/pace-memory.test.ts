@@ -1,11 +1,11 @@
 import t from 'tap'
 import fc from 'fast-check'
 import { Pace } from '../lib/bucket/pace.js'
-import { SlotTable } from '../lib/bucket/slot-table.js'
+import { RowTable } from '../lib/bucket/row-table.js'
 
 /**
  * Memory is bounded by who spent within the last horizon, not by who was named. Measured here in
- * rows and slots, never in bytes or time: a flood of distinct keys must leave nothing behind.
+ * rows, never in bytes or time: a flood of distinct keys must leave nothing behind.
  */
 
 const FLOOD = 50_000
@@ -71,30 +71,30 @@ t.test('a repeated client keeps one row however often it spends', async t => {
   t.equal(pace.size, 1)
 })
 
-t.test('the slot table gives its arrays back after a flood', async t => {
-  const table = new SlotTable()
+t.test('the row table gives its arrays back after a flood', async t => {
+  const table = new RowTable()
   for (let i = 0; i < FLOOD; i++) table.insert(`key-${i}`, i, i)
   t.equal(table.capacity, 65_536)
   table.removeCountedBy(Infinity)
   t.equal(table.size, 0)
-  t.equal(table.capacity, SlotTable.MIN_SLOTS)
+  t.equal(table.capacity, RowTable.MIN_ROWS)
 })
 
-t.test('the slot table shrinks to twice what is still live after a flood', async t => {
-  const table = new SlotTable()
+t.test('the row table shrinks to twice what is still live after a flood', async t => {
+  const table = new RowTable()
   for (let i = 0; i < FLOOD; i++) table.insert(`key-${i}`, i, i)
   table.removeCountedBy(FLOOD - 101) // 100 keys stay live
   t.equal(table.size, 100)
   t.equal(table.capacity, 200)
 })
 
-t.test('the slot table does not grow while flood keys come and go one at a time', async t => {
-  const table = new SlotTable()
+t.test('the row table does not grow while flood keys come and go one at a time', async t => {
+  const table = new RowTable()
   for (let i = 0; i < FLOOD; i++) {
     table.insert(`key-${i}`, i, i)
-    table.remove(`key-${i}`, table.slot(`key-${i}`))
+    table.remove(`key-${i}`, table.row(`key-${i}`))
   }
-  t.equal(table.capacity, SlotTable.MIN_SLOTS)
+  t.equal(table.capacity, RowTable.MIN_ROWS)
 })
 
 /**
@@ -105,7 +105,7 @@ t.test('the slot table does not grow while flood keys come and go one at a time'
  * - every row belongs to a key that spent within the last two horizons (kept by the last sweep, at
  *   most a horizon ago, as spent within the horizon before it);
  * - the table holds at most twice what the last sweep left, which was at most the keys that spent
- *   within one horizon at some moment of the last one (or MIN_SLOTS, the smallest trigger).
+ *   within one horizon at some moment of the last one (or MIN_ROWS, the smallest trigger).
  * Spenders keep their units; a known key's call refunded at once (a rejected exchange) spends
  * nothing, and strangers come in crowds of new ids, each refunded at once, and leave no row. The clock reads integer milliseconds; the horizon is 1 s.
  */
@@ -163,7 +163,7 @@ function checkMemoryBound (operations: MemoryOperation[]): void {
     if (pace.size > recent) throw new Error(`t = ${now}: ${pace.size} rows, more than the ${recent} keys that spent within two horizons`)
     // The most keys that spent within one horizon at any moment of the last.
     const most = mostWithin(spends, now - HORIZON + 1, HORIZON)
-    if (pace.size > Math.max(SlotTable.MIN_SLOTS, 2 * most)) {
+    if (pace.size > Math.max(RowTable.MIN_ROWS, 2 * most)) {
       throw new Error(`t = ${now}: ${pace.size} rows, more than twice the ${most} keys that spent within a horizon`)
     }
   }

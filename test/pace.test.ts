@@ -331,14 +331,14 @@ t.test('refund', async t => {
 
   t.test('a refund finds its row where a shrinking sweep moved it, and touches no other row', async t => {
     const { pace, clock } = paceAt(10)
-    for (let i = 0; i < 40; i++) pace.reserve(`k${i}`) // t0: rows in slots 0..39 of 64, full again at 100 ms
+    for (let i = 0; i < 40; i++) pace.reserve(`k${i}`) // t0: rows 0..39 of 64, full again at 100 ms
     clock.ms = 950
-    const first = pace.reserve('k1') // a new run in slot 1, full again at 1050 ms
-    const third = pace.reserve('k3') // in slot 3, begun at the same instant
+    const first = pace.reserve('k1') // a new run in row 1, full again at 1050 ms
+    const third = pace.reserve('k3') // in row 3, begun at the same instant
     clock.ms = 1000
-    pace.reserve('x') // the sweep leaves k1 and k3 and shrinks the table: they move to slots 0 and 1
+    pace.reserve('x') // the sweep leaves k1 and k3 and shrinks the table: they move to rows 0 and 1
     t.equal(pace.size, 3)
-    first.refund() // slot 1 now holds k3's row, begun at the same instant as k1's
+    first.refund() // row 1 now holds k3's row, begun at the same instant as k1's
     t.equal(pace.size, 3, 'k1 got its unit back: its bucket is full, its row as it was before 950 ms (granted at t0)')
     t.equal(pace.reserve('k3').remaining, 8, 'k3 keeps its spend')
     t.equal(drain(pace, 'k1'), 10)
@@ -544,7 +544,7 @@ t.test('a block', async t => {
 t.test('a block that finds the table due for a sweep keeps the rows not yet full', async t => {
   const clock = { ms: 0 }
   const pace = new Pace({ perSecond: 1, now: () => clock.ms })
-  for (let i = 0; i < 16; i++) pace.reserve(`k${i}`) // the table's first 16 slots: a sweep is due at the next insert
+  for (let i = 0; i < 16; i++) pace.reserve(`k${i}`) // the table's first 16 rows: a sweep is due at the next insert
   pace.block('blocked', 3_600_000)
   t.equal(pace.size, 17, 'the sweep ran at the time of the block, not at its end')
   t.equal(pace.inspect('k0').remaining, 0, 'k0 spent its unit a moment ago')

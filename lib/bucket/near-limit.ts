@@ -13,7 +13,8 @@ const MIN_SWEEP = 1024
  * warning back until the time kept, never warn twice.
  */
 export class NearLimit {
-  readonly #spentMs: number
+  /** A grant that leaves the bucket full again in this many ms or more warns. */
+  readonly #warnFullInMs: number
   readonly #now: Clock
   /** Key -> the clock's time at which its bucket is full again, as its latest grant left it. */
   readonly #fullAt = new Map<string, number>()
@@ -22,7 +23,7 @@ export class NearLimit {
   /** Warns at `warnAt` (above 0, at most 1) of a bucket that refills over `window` seconds. */
   constructor (warnAt: number, window: number, now: Clock) {
     // A millionth of a millisecond forgiven, so that an exact share is reached.
-    this.#spentMs = warnAt * window * 1000 - 1e-6
+    this.#warnFullInMs = warnAt * window * 1000 - 1e-6
     this.#now = now
   }
 
@@ -31,7 +32,7 @@ export class NearLimit {
     const now = this.#now()
     const fullAt = this.#fullAt.get(key)
     const warned = fullAt !== undefined && fullAt > now
-    if (!warned && fullInMs < this.#spentMs) {
+    if (!warned && fullInMs < this.#warnFullInMs) {
       if (fullAt !== undefined) this.#fullAt.delete(key)
       return false
     }

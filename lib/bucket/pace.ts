@@ -1,5 +1,5 @@
 import { bucketState, type BucketState } from './state.js'
-import { SlotTable } from './slot-table.js'
+import { RowTable } from './row-table.js'
 
 /** A monotonic clock in milliseconds. Wall-clock time (Date.now) must not be used: a jump would refill or drain buckets. */
 export type Clock = () => number
@@ -45,13 +45,30 @@ const TICKS_PER_SECOND_OF_WINDOW = 1000
  */
 const SLACK = 1e-6
 
-/** What a reservation holds as the row's latest grant before its run when the run inserted the row. */
-const NO_ROW = -Infinity
+/** What a reservation holds as the row's latest grant before its run when the run inserted the row: none. */
+const NONE_BEFORE = -Infinity
 
 /** performance.now, bound once so the hot path calls it without a lookup. */
 const monotonic: Clock = performance.now.bind(performance)
 
 export const defaultClock: Clock = monotonic
+
+/**
+ * @internal What a granted reservation keeps for its refund (see `Pace._giveBack`): the row's
+ * number and run, the grant's count in the run and its scaled time, and the row's latest grant
+ * before the run; and what it tells: the whole units left and the time until the bucket is full.
+ */
+interface Grant {
+  readonly pace: Pace
+  readonly key: string
+  readonly row: number
+  readonly run: number
+  readonly count: number
+  readonly at: number
+  readonly before: number
+  readonly remaining: number
+  readonly fullInMs: number
+}
 
 /**
  * What one `reserve` decided. When granted, the unit was already debited; `refund()` gives it back.
@@ -71,17 +88,17 @@ export class Reservation {
   readonly fullInMs: number
   #pace: Pace | null
   readonly #key: string
-  readonly #slot: number
+  readonly #row: number
   readonly #run: number
   readonly #count: number
   readonly #at: number
   readonly #before: number
 
-  /** @internal Built by `Pace.reserve` only. */
-  constructor (pace: Pace | null, key: string, slot: number, run: number, count: number, at: number, before: number, granted: boolean, remaining: number, retryAfterMs: number, fullInMs: number) {
+  /** @internal Built by `Pace.reserve` only, through `_granted` and `_refused`. */
+  private constructor (pace: Pace | null, key: string, row: number, run: number, count: number, at: number, before: number, granted: boolean, remaining: number, retryAfterMs: number, fullInMs: number) {
     this.#pace = pace
     this.#key = key
-    this.#slot = slot
+    this.#row = row
     this.#run = run
     this.#count = count
     this.#at = at
@@ -92,6 +109,16 @@ export class Reservation {
     this.fullInMs = fullInMs
   }
 
+  /** @internal A grant: the unit was debited, as `grant` says. */
+  static _granted (grant: Grant): Reservation {
+    return new Reservation(grant.pace, grant.key, grant.row, grant.run, grant.count, grant.at, grant.before, true, grant.remaining, 0, grant.fullInMs)
+  }
+
+  /** @internal A refusal: nothing was debited, one unit is back in `retryAfterMs`, and the bucket is full in `fullInMs`. */
+  static _refused (retryAfterMs: number, fullInMs: number): Reservation {
+    return new Reservation(null, '', -1, 0, 0, 0, NONE_BEFORE, false, 0, retryAfterMs, fullInMs)
+  }
+
   /**
    * Gives the debited unit back, once. A second call, or a call on a refused reservation, does
    * nothing. The bucket never holds more than its capacity afterwards.
@@ -100,13 +127,8 @@ export class Reservation {
     const pace = this.#pace
     if (pace === null) return
     this.#pace = null
-    pace._giveBack(this.#key, this.#slot, this.#run, this.#count, this.#at, this.#before)
+    pace._giveBack(this.#key, this.#row, this.#run, this.#count, this.#at, this.#before)
   }
-}
-
-/** A refused reservation: nothing was debited, one unit is back in `retryAfterMs`, and the bucket is full in `fullInMs`. */
-function refusal (key: string, now: number, retryAfterMs: number, fullInMs: number): Reservation {
-  return new Reservation(null, key, -1, 0, 0, now, NO_ROW, false, 0, retryAfterMs, fullInMs)
 }
 
 /**
@@ -128,9 +150,9 @@ function refusal (key: string, now: number, retryAfterMs: number, fullInMs: numb
  *   from empty to full in `window` seconds: that is the horizon.
  * - A row holds per key the scaled time at which that key's bucket is full again (the GCRA
  *   "theoretical arrival time"; the bucket then holds `limit - (row - now) / unit` units), and
- *   for refunds: a stamp for its run of spending (which began with the grant that found the bucket
- *   full), never given to another run of any key, how many grants the run has had, and when the
- *   latest came. A reservation keeps the row's slot and stamp, so its refund finds the row without
+ *   for refunds: the number of its run of spending (which began with the grant that found the
+ *   bucket full), never given to another run of any key, how many grants the run has had, and when
+ *   the latest came. A reservation keeps the row's number and run, so its refund finds it without
  *   looking the key up, unless the table has moved the row since or the run has ended.
  * - A key without a row has a full bucket, and a row that reads full (its time has come) means
  *   nothing that a missing row does not: logically, a full bucket has no row, and such a row may
@@ -164,15 +186,15 @@ export class Pace {
   readonly #unit: number
   /** `limit` units, in ticks. */
   readonly #capacity: number
-  readonly #table = new SlotTable()
+  readonly #table = new RowTable()
   /** Scaled time before which a new key at the ceiling is refused without a look at the rows. */
   #lookAt = -Infinity
   /** Scaled time at which a sweep is next due (one horizon after the last), and the table size at which one is due sooner. */
   #sweepAtTime: number
-  #sweepAtSize = SlotTable.MIN_SLOTS
+  #sweepAtSize = RowTable.MIN_ROWS
 
   constructor (options: PaceOptions) {
-    const { limit, window } = checkRate(options ?? {})
+    const { limit, window } = checkBucket(options ?? {})
     const { now = monotonic, maxKeys = Infinity } = options
     if (typeof now !== 'function') {
       throw new TypeError(`exchangepace: now must be a function returning milliseconds, got ${typeof now}`)
@@ -207,26 +229,26 @@ export class Pace {
     const table = this.#table
     if (now >= this.#sweepAtTime) this.#sweep(now)
 
-    let slot = table.slot(key)
-    const stored = slot === -1 ? now : table.read(slot)
+    let row = table.row(key)
+    const stored = row === -1 ? now : table.read(row)
     // A row whose time has come is a full bucket: a grant on it begins a new run.
     const running = stored > now
     const after = (running ? stored : now) + unit
     const shortfall = after - now - this.#capacity
-    if (shortfall > SLACK) return shortfall === Infinity ? this.#refuseBlocked(key, slot, now) : refusal(key, now, shortfall / limit, (stored - now) / limit)
+    if (shortfall > SLACK) return shortfall === Infinity ? this.#refuseBlocked(key, row, now) : Reservation._refused(shortfall / limit, (stored - now) / limit)
     // A grant goes on with the row's run, restarts a row whose time had come, or inserts one. One
     // construction serves the three, which keeps this method small enough for V8 to inline it
     // whole, the Reservation included, into the plugin's hook.
     let count = 1
-    let before = NO_ROW
-    if (running) count = table.addCount(slot, after, now)
-    else if (slot !== -1) before = table.restart(slot, after, now)
-    else if ((slot = this.#insert(key, after, now)) === -1) return this.#refuseNewKey(key, now)
-    return new Reservation(this, key, slot, table.stamp(slot), count, now, before, true, Math.floor((SLACK - shortfall) / unit), 0, (after - now) / limit)
+    let before = NONE_BEFORE
+    if (running) count = table.addCount(row, after, now)
+    else if (row !== -1) before = table.restart(row, after, now)
+    else if ((row = this.#insert(key, after, now)) === -1) return this.#refuseNewKey(now)
+    return Reservation._granted({ pace: this, key, row, run: table.run(row), count, at: now, before, remaining: Math.floor((SLACK - shortfall) / unit), fullInMs: (after - now) / limit })
   }
 
   /**
-   * Adds `key`'s row, the first grant of a run, and returns its slot; -1 when the table is at its
+   * Adds `key`'s row, the first grant of a run, and returns its row; -1 when the table is at its
    * ceiling and no row may be forgotten. Only an insert grows the table, so only an insert can
    * find it doubled since the last sweep.
    */
@@ -254,9 +276,9 @@ export class Pace {
   }
 
   /** A new key found the table at its ceiling with every row spent: refused until the next look at the rows. */
-  #refuseNewKey (key: string, now: number): Reservation {
+  #refuseNewKey (now: number): Reservation {
     const waitMs = (this.#lookAt - now) / this.limit
-    return refusal(key, now, waitMs, waitMs)
+    return Reservation._refused(waitMs, waitMs)
   }
 
   /**
@@ -265,10 +287,10 @@ export class Pace {
    * bucket is full, and a full bucket has no row: the row goes, and the reservation is decided
    * afresh.
    */
-  #refuseBlocked (key: string, slot: number, now: number): Reservation {
-    const until = this.#table.last(slot)
-    if (until > now) return refusal(key, now, (until - now) / this.limit, (until - now) / this.limit)
-    this.#table.remove(key, slot)
+  #refuseBlocked (key: string, row: number, now: number): Reservation {
+    const until = this.#table.last(row)
+    if (until > now) return Reservation._refused((until - now) / this.limit, (until - now) / this.limit)
+    this.#table.remove(key, row)
     return this.reserve(key)
   }
 
@@ -288,10 +310,10 @@ export class Pace {
    */
   inspect (key: string): BucketState {
     const now = this.#now() * this.limit
-    const slot = this.#table.slot(key)
-    const stored = slot === -1 ? now : this.#table.read(slot)
+    const row = this.#table.row(key)
+    const stored = row === -1 ? now : this.#table.read(row)
     if (stored === Infinity) {
-      const blockedMs = Math.max(0, (this.#table.last(slot) - now) / this.limit)
+      const blockedMs = Math.max(0, (this.#table.last(row) - now) / this.limit)
       if (blockedMs > 0) return { remaining: 0, retryAfterMs: blockedMs, fullInMs: blockedMs, blockedMs }
       return bucketState(0, this.limit, this.window * 1000)
     }
@@ -303,9 +325,9 @@ export class Pace {
    * before give nothing back (their run has ended). Says whether there was a row.
    */
   reset (key: string): boolean {
-    const slot = this.#table.slot(key)
-    if (slot === -1) return false
-    this.#table.remove(key, slot)
+    const row = this.#table.row(key)
+    if (row === -1) return false
+    this.#table.remove(key, row)
     return true
   }
 
@@ -319,9 +341,9 @@ export class Pace {
     const now = this.#now() * this.limit
     const until = now + ms * this.limit
     const table = this.#table
-    const slot = table.slot(key)
-    if (slot !== -1) {
-      table.restart(slot, Infinity, until)
+    const row = table.row(key)
+    if (row !== -1) {
+      table.restart(row, Infinity, until)
       return
     }
     // An operator's block is kept whatever the ceiling: blocks are few, and each is meant.
@@ -331,47 +353,53 @@ export class Pace {
 
   /**
    * @internal Called once per granted reservation by `Reservation.refund`. Requires that the
-   * reservation was granted at scaled time `at` as the `count`th grant of `key`'s run stamped
-   * `run`, whose row was then in `slot`, and whose latest grant before the run was `before`.
+   * reservation was granted at scaled time `at` as the `count`th grant of `key`'s run numbered
+   * `run`, whose row was then number `row`, and whose latest grant before the run was `before`.
    *
    * When the bucket has been full since the run began (the row is gone, or began another run),
    * this unit had refilled by then and removing it changes nothing after: nothing is given back.
    * Otherwise the units kept alone would put the row at the later of two times: one unit earlier
-   * than it is (this one gone), and where the later kept grants put it by themselves. The second
-   * is bounded from above twice, and the row moves to the lower bound, so never below either time:
+   * than it is (this one gone: `withoutThis`), and where the later kept grants put it by themselves.
+   * The second is bounded from above twice, and the row moves to the lower bound, so never below
+   * either time:
    * - the run's latest grant (nothing counted after it) has nothing after it: one unit back, and
    *   the count goes back by one so that the grants before it count one grant fewer after them;
    * - the n grants counted after it and still kept came by `last`, so they hold the row at most
-   *   at `last` + n units. A refunded grant is kept no more: each refund marks its grant in the
-   *   row, which remembers the marks of the run's 32 latest grants (an older refunded grant
-   *   counts as kept, which only gives back less);
+   *   at `last` + n units (`keptReach`, never past where the row is). A refunded grant is kept
+   *   no more: each refund marks its grant in the row, which remembers the marks of the run's 32
+   *   latest grants (an older refunded grant counts as kept, which only gives back less);
    * - the row was at least one unit past `at` after this grant, and each later grant added a unit
-   *   to both, so the later grants alone hold it at most `last - at` above one unit earlier.
+   *   to both, so the later grants alone hold it at most `last - at` above one unit earlier
+   *   (`laterAtMost`).
    * A row left at or before the latest grant's time is full, and no grant of its run is kept: it
    * goes back to what it was before the run (`#undo`). No clock is read; a row a refund leaves in
-   * the past reads as full, and the sweep removes it one horizon after its latest grant.
+   * the past reads as full, and the sweep removes it one horizon after its latest grant. The
+   * derivation: docs/design.md, "Refunds" (later grants on the same key).
    */
-  _giveBack (key: string, slot: number, run: number, count: number, at: number, before: number): void {
+  _giveBack (key: string, row: number, run: number, count: number, at: number, before: number): void {
     const table = this.#table
     const unit = this.#unit
-    if (!table.holds(slot, run)) {
+    if (!table.holds(row, run)) {
       // A resize moved the row since the grant, or its run has ended.
-      slot = table.slot(key)
-      if (slot === -1 || table.stamp(slot) !== run) return
+      row = table.row(key)
+      if (row === -1 || table.run(row) !== run) return
     }
-    const full = table.read(slot)
-    const last = table.last(slot)
-    const later = (table.count(slot) - count) >>> 0
+    const full = table.read(row)
+    const last = table.last(row)
+    const later = (table.count(row) - count) >>> 0
     if (later === 0) {
-      if (full - unit > last + SLACK) table.uncount(slot, full - unit)
-      else this.#undo(key, slot, count, before)
+      if (full - unit > last + SLACK) table.uncount(row, full - unit)
+      else this.#undo(key, row, count, before)
       return
     }
-    const keptLater = later - table.markedWithin(slot, later)
-    const left = Math.min(full - unit + (last - at), Math.max(full - unit, Math.min(full, last + keptLater * unit)))
-    if (left <= last + SLACK) return this.#undo(key, slot, count, before)
-    if (left < full) table.write(slot, left)
-    table.mark(slot, later)
+    const keptLater = later - table.markedWithin(row, later)
+    const withoutThis = full - unit
+    const keptReach = Math.min(full, last + keptLater * unit)
+    const laterAtMost = withoutThis + (last - at)
+    const left = Math.min(laterAtMost, Math.max(withoutThis, keptReach))
+    if (left <= last + SLACK) return this.#undo(key, row, count, before)
+    if (left < full) table.write(row, left)
+    table.mark(row, later)
   }
 
   /**
@@ -379,12 +407,12 @@ export class Pace {
    * the run's first grant restarted a row (count 1, `before` its latest grant until then), the row
    * goes back to what it was, a full bucket last granted at `before`, so that the sweep removes it
    * when it would have without this run, and a key calling below its rate keeps its row through
-   * refunds; under a new stamp, so that no reservation of the run finds it. Otherwise (the run
+   * refunds; under a new run, so that no reservation of the run finds it. Otherwise (the run
    * inserted the row: a stranger refunded) the row goes.
    */
-  #undo (key: string, slot: number, count: number, before: number): void {
-    if (count === 1 && before !== NO_ROW) this.#table.restart(slot, before, before)
-    else this.#table.remove(key, slot)
+  #undo (key: string, row: number, count: number, before: number): void {
+    if (count === 1 && before !== NONE_BEFORE) this.#table.restart(row, before, before)
+    else this.#table.remove(key, row)
   }
 
   /**
@@ -410,7 +438,7 @@ export class Pace {
   #sweep (now: number): void {
     this.#table.removeCountedBy(now - this.#capacity + SLACK)
     this.#sweepAtTime = now + this.#capacity
-    this.#sweepAtSize = Math.max(SlotTable.MIN_SLOTS, this.#table.size * 2)
+    this.#sweepAtSize = Math.max(RowTable.MIN_ROWS, this.#table.size * 2)
   }
 }
 
@@ -418,7 +446,7 @@ export class Pace {
  * The bucket a pace's options declare: `limit` units refilled over `window` seconds (a `perSecond`
  * pace holds one second: `{ limit: perSecond, window: 1 }`). Throws a TypeError naming the option.
  */
-function checkRate (options: Partial<Record<'perSecond' | 'limit' | 'window', unknown>>): { limit: number, window: number } {
+function checkBucket (options: Partial<Record<'perSecond' | 'limit' | 'window', unknown>>): { limit: number, window: number } {
   const { perSecond, limit, window } = options
   if (perSecond !== undefined && (limit !== undefined || window !== undefined)) {
     throw new TypeError('exchangepace: a pace declares perSecond, or limit with window, not both')

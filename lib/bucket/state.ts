@@ -15,14 +15,14 @@ const SLACK_MS = 1e-6
 
 /**
  * The state of a bucket of `limit` units refilled over `windowMs`, which is full again in
- * `spentMs` (how far its row's time is ahead of now; 0 or less: full; more than `windowMs`, for a
+ * `fullInMs` (how far its row's time is ahead of now; 0 or less: full; more than `windowMs`, for a
  * row a pace of a longer window wrote under the same name: empty for longer). The one formula behind
  * every store's `inspect`, so that memory and Redis report a bucket alike.
  */
-export function bucketState (spentMs: number, limit: number, windowMs: number): BucketState {
-  const spent = Math.max(0, spentMs)
+export function bucketState (fullInMs: number, limit: number, windowMs: number): BucketState {
+  const fullIn = Math.max(0, fullInMs)
   const unitMs = windowMs / limit
-  const remaining = Math.max(0, Math.floor((windowMs - spent + SLACK_MS) / unitMs))
-  const retryAfterMs = remaining >= 1 ? 0 : spent + unitMs - windowMs
-  return { remaining, retryAfterMs, fullInMs: spent, blockedMs: 0 }
+  const remaining = Math.max(0, Math.floor((windowMs - fullIn + SLACK_MS) / unitMs))
+  const retryAfterMs = remaining >= 1 ? 0 : fullIn + unitMs - windowMs
+  return { remaining, retryAfterMs, fullInMs: fullIn, blockedMs: 0 }
 }

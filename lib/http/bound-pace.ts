@@ -1,6 +1,6 @@
 import type { NearLimit } from '../bucket/near-limit.js'
 import type { Observed } from './observer.js'
-import { QuotaItems } from './quota-headers.js'
+import { QuotaItems } from './quota-items.js'
 import type { PaceRegistry } from '../paces/registry.js'
 import type { Lane, NamedPace } from '../paces/named-pace.js'
 import type { KeyReader, KeyReaders } from './request-keys.js'
@@ -27,7 +27,11 @@ export interface BoundPace extends Observed {
   quotaOf: (lane: Lane) => QuotaItems
 }
 
-/** A unit a request holds from a bound pace: the reservation, with the header items of its lane, and the pace for the observer. */
+/**
+ * One unit a request holds, as the plugin keeps it (the one record of a held unit: `request.pace.held`
+ * shows it as its public part, a `HeldReservation`): the reservation, with the header items of its
+ * lane, and the pace for the observer.
+ */
 export interface Holding extends HeldReservation {
   readonly quota: QuotaItems
   readonly bound: BoundPace

@@ -1,6 +1,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { PaceRefusal } from './options.js'
-import { writeQuota, type QuotaHolding, type QuotaItems } from './quota-headers.js'
+import type { Holding } from './bound-pace.js'
+import { writeQuota } from './quota-headers.js'
+import type { QuotaItems } from './quota-items.js'
 import type { PaceRule } from './route-config.js'
 import type { PaceReservation } from '../store.js'
 
@@ -22,7 +24,7 @@ import type { PaceReservation } from '../store.js'
  * throws leaves the refusal's status for the error handler, as it always has.
  */
 export function refuse (request: FastifyRequest, reply: FastifyReply, rule: Pick<PaceRule, 'name' | 'perSecond' | 'limit' | 'window' | 'refusal'>, quota: QuotaItems, reservation: PaceReservation,
-  held: readonly QuotaHolding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object, inFlightRetryMs: number | null = null): void {
+  held: readonly Holding[], build: (request: FastifyRequest, refusal: PaceRefusal) => object, inFlightRetryMs: number | null = null): void {
   const inFlight = inFlightRetryMs !== null
   const retryAfterMs = inFlight ? inFlightRetryMs : reservation.retryAfterMs
   const retryAfter = Math.max(1, Math.ceil(retryAfterMs / 1000))

@@ -3,45 +3,45 @@ import type { Holding } from './bound-pace.js'
 import { PaceTicket } from './ticket.js'
 
 /**
- * `request.pace`: a ticket on every request, kept in a slot of the request's own that the plugin's
- * hooks read and write directly.
+ * `request.pace`: a ticket on every request, kept under a symbol of the request's own (`kTicket`)
+ * that the plugin's hooks read and write directly.
  *
- * The slot is a request decoration initialised to null, so Fastify's request constructor keeps one
- * shape; `request.pace` is a getter on the request's prototype that returns the slot's ticket, and
+ * `kTicket` is a request decoration initialised to null, so Fastify's request constructor keeps one
+ * shape; `request.pace` is a getter on the request's prototype that returns the ticket there, and
  * makes one on its first read when no hook has (an unpaced route, or a paced route before its
  * pace's hook). So the hooks pay no getter and no allocation beyond the paced route's own ticket,
- * and an unpaced route that never reads `request.pace` pays nothing but the slot's initialisation,
- * as it paid for the `null` decoration before.
+ * and an unpaced route that never reads `request.pace` pays nothing but the decoration's
+ * initialisation, as it paid for the `null` decoration before.
  */
 
-/** The slot: the request's ticket, or null until a hook or a read of `request.pace` makes one. */
+/** The request's ticket, or null until a hook or a read of `request.pace` makes one. */
 export const kTicket = Symbol('exchangepace.ticket')
 
 /** Marks the config of each route the plugin paces (a copy it makes: the app's object is not changed). */
 const kPaced = Symbol('exchangepace.paced')
 
-/** A request seen through its slot. */
-export type SlottedRequest = FastifyRequest & { [kTicket]: PaceTicket<Holding> | null }
+/** A request seen with its ticket under `kTicket`. */
+export type TicketedRequest = FastifyRequest & { [kTicket]: PaceTicket<Holding> | null }
 
 /** Makes the ticket of a request on a paced route, the kind the plugin's hooks fill. */
 export type PacedTicket = (request: FastifyRequest) => PaceTicket<Holding>
 
-/** Decorates requests with the slot and the `request.pace` getter; `paced` makes a paced route's ticket, as the hooks do. */
+/** Decorates requests with `kTicket` and the `request.pace` getter; `paced` makes a paced route's ticket, as the hooks do. */
 export function decorateTickets (fastify: FastifyInstance, paced: PacedTicket): void {
   fastify.decorateRequest(kTicket, null)
   fastify.decorateRequest('pace', {
     getter (this: FastifyRequest): PaceTicket {
-      return (this as SlottedRequest)[kTicket] ?? firstTicket(this as SlottedRequest, paced)
+      return (this as TicketedRequest)[kTicket] ?? firstTicket(this as TicketedRequest, paced)
     }
   })
 }
 
 /**
- * The ticket of a request no hook has given one yet, kept in its slot so that every later read,
+ * The ticket of a request no hook has given one yet, kept under `kTicket` so that every later read,
  * and the pace's hook if one comes, sees the same: on a route the plugin paces, a ticket like the
  * hook's (holding nothing yet); on any other, an inert one.
  */
-function firstTicket (request: SlottedRequest, paced: PacedTicket): PaceTicket {
+function firstTicket (request: TicketedRequest, paced: PacedTicket): PaceTicket {
   const ticket = isPaced(request.routeOptions.config) ? paced(request) : new PaceTicket<Holding>(null, null, false)
   request[kTicket] = ticket
   return ticket

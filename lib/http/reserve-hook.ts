@@ -4,10 +4,11 @@ import type { BoundPace, Holding } from './bound-pace.js'
 import { InvalidRequest } from '../keys/parse.js'
 import type { Observer } from './observer.js'
 import type { PaceRefusal } from './options.js'
-import { writeQuota, type QuotaItems } from './quota-headers.js'
+import { writeQuota } from './quota-headers.js'
+import type { QuotaItems } from './quota-items.js'
 import { refuse, sendInvalidRequest } from './refusals.js'
 import type { Lane } from '../paces/named-pace.js'
-import { kTicket, type SlottedRequest } from './request-ticket.js'
+import { kTicket, type TicketedRequest } from './request-ticket.js'
 import type { PaceReservation, SharedPace } from '../store.js'
 import { PaceTicket } from './ticket.js'
 import type { AnswerReader } from './answer-outcome.js'
@@ -16,7 +17,7 @@ import { hijackWatched, watchHijacked, type HijackWatcher } from './raw-answer.j
 /**
  * The hooks that reserve before the handler (preHandler; onRequest for source paces spent on every
  * request): one unit from each of a route's paces, all or nothing, onto the request's ticket
- * (`request.pace`, read here through its slot: see request-ticket.ts).
+ * (`request.pace`, read here under `kTicket`: see request-ticket.ts).
  */
 
 /**
@@ -52,8 +53,8 @@ export interface ReserveStep {
 
 /** The hook: reserves `step`'s paces for `request`, on the request's ticket (made here if nothing read it yet). */
 export function reserveAll (step: ReserveStep, request: FastifyRequest, reply: FastifyReply, next: HookHandlerDoneFunction): void {
-  const slotted = request as SlottedRequest
-  const paces = (slotted[kTicket] ?? (slotted[kTicket] = new RequestPaces(step.observer, request, step.answers))) as RequestPaces
+  const ticketed = request as TicketedRequest
+  const paces = (ticketed[kTicket] ?? (ticketed[kTicket] = new RequestPaces(step.observer, request, step.answers))) as RequestPaces
   if (step.shared) paces.ask(step, reply, next)
   else paces.reserve(step, reply, next)
 }
@@ -250,7 +251,7 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
     this.#resolved = asked.length
     if (stop === null) return this.#goOn()
     if (stop.answer !== null) return this.#refuse(stop.bound, stop.lane, stop.key, stop.answer)
-    this.#giveBack()
+    this.#refundStep()
     ;(this.#next as HookHandlerDoneFunction)(stop.failure as Error)
   }
 
@@ -279,7 +280,7 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
 
   /** The key of `bound` could not be read: 400 for a malformed declaration, the error (a 500) for anything else. */
   #malformed (bound: BoundPace, err: Error): void {
-    this.#giveBack()
+    this.#refundStep()
     if (!(err instanceof InvalidRequest)) return (this.#next as HookHandlerDoneFunction)(err)
     this.#observer.invalid(this.#request, bound, err.message)
     sendInvalidRequest(this.#reply as FastifyReply, err.message)
@@ -294,7 +295,7 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
    */
   #refuse (bound: BoundPace, lane: Lane, key: string, reservation: PaceReservation): void {
     this._refused = true
-    this.#giveBack()
+    this.#refundStep()
     const flying = bound.rule.spend === 'rejected' ? bound.named.inFlight.get(key) : undefined
     const inFlight = flying !== undefined && reservation.retryAfterMs <= flying * lane.window * 1000 / lane.limit
     const retryAfterMs = inFlight ? Math.min(reservation.retryAfterMs, IN_FLIGHT_RETRY_MS) : reservation.retryAfterMs
@@ -349,7 +350,7 @@ export class RequestPaces extends PaceTicket<Holding> implements HijackWatcher {
    * commits is on a route without the plugin's onSend and onError hooks, so its ticket is settled
    * now or never.
    */
-  #giveBack (): void {
+  #refundStep (): void {
     this._refundFrom(this.#first)
     if ((this.#step as ReserveStep).commits) this._settle()
   }

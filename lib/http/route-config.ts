@@ -125,7 +125,8 @@ type Fail = ((option: string, expected: string, value: unknown) => never) & { pr
 
 /**
  * Checks `config.pace` of the route `route` (e.g. "POST /token") and fills in defaults, `shadow`
- * the plugin's. Throws a TypeError naming the route, the option and the value.
+ * the plugin's; then places each pace's hook. Throws a TypeError naming the route, the option and
+ * the value.
  */
 export function paceRules (config: unknown, route: string, url: string, shadow = false): PaceRule[] {
   const prefix = `exchangepace: route ${route}: `
@@ -134,46 +135,65 @@ export function paceRules (config: unknown, route: string, url: string, shadow =
   }, { prefix })
   const list = Array.isArray(config) ? config : [config]
   if (list.length === 0) fail('config.pace', 'a pace or a non-empty array of paces', config)
-  const rules = list.map((entry: unknown, index): PaceRule => {
-    const at = Array.isArray(config) ? `config.pace[${index}]` : 'config.pace'
-    if (entry === null || typeof entry !== 'object') return fail(at, 'an object { perSecond or limit and window, key, spend, name? }', entry)
-    const options = entry as Record<string, unknown>
-    // A misspelt option would otherwise be dropped without a word (a misspelt name, say, leaves the
-    // pace its default name); one set to undefined says nothing, as a missing one does.
-    for (const [option, value] of Object.entries(options)) {
-      if (value !== undefined && !OPTIONS.includes(option)) throw new TypeError(`${prefix}${at}.${option} is not an option of a pace (${OPTIONS.join(', ')})`)
-    }
-    const rate = checkRate(options, at, fail)
-    const key = checkKey(options.key, at, fail)
-    const spend = options.spend
-    if (spend !== 'accepted' && spend !== 'rejected' && spend !== 'every') fail(`${at}.spend`, "'accepted', 'rejected' or 'every'", spend)
-    const rateOf = options.rateOf
-    if (rateOf !== undefined && typeof rateOf !== 'function') fail(`${at}.rateOf`, 'a function (key) => number | undefined', rateOf)
-    const name = checkName(options.name, defaultName(url, list.length, key, spend as PaceSpend), at, fail)
-    const exceptGrantTypes = checkGrantTypes(options.exceptGrantTypes, at, fail)
-    if (options.shadow !== undefined && typeof options.shadow !== 'boolean') fail(`${at}.shadow`, 'a boolean', options.shadow)
-    const warnAt = options.warnAt
-    if (warnAt !== undefined && !(typeof warnAt === 'number' && warnAt > 0 && warnAt <= 1)) fail(`${at}.warnAt`, 'a number above 0 and at most 1 (a share of the bucket)', warnAt)
-    return {
-      name,
-      ...rate,
-      key,
-      spend: spend as PaceSpend,
-      rateOf: rateOf as RateOf | undefined,
-      refusal: refusalShaper(options.refusal, at, prefix, name),
-      exceptGrantTypes,
-      shadow: (options.shadow as boolean | undefined) ?? shadow,
-      warnAt: (warnAt as number | undefined) ?? null,
-      // A pace that excepts grant types reads the body, which onRequest has not parsed yet.
-      early: key === 'source' && spend === 'every' && exceptGrantTypes === null
-    }
-  })
+  const defaults: PaceDefaults = { url, paces: list.length, shadow, fail }
+  const rules = list.map((entry: unknown, index) => placed(checkPace(entry, Array.isArray(config) ? `config.pace[${index}]` : 'config.pace', defaults)))
   const names = new Set<string>()
   for (const rule of rules) {
     if (names.has(rule.name)) fail('config.pace', `paces with distinct names (two are named ${JSON.stringify(rule.name)})`, rule.name)
     names.add(rule.name)
   }
   return rules
+}
+
+/** A pace's options, checked and with their defaults: its rule, but for where its hook goes. */
+type CheckedPace = Omit<PaceRule, 'early'>
+
+/** What a pace's defaults come from: the route's URL and number of paces, and the plugin's `shadow`; and how a bad option fails. */
+interface PaceDefaults {
+  readonly url: string
+  readonly paces: number
+  readonly shadow: boolean
+  readonly fail: Fail
+}
+
+/** Checks the options of the pace `entry`, at `at` in the route's config, and fills in their defaults. */
+function checkPace (entry: unknown, at: string, defaults: PaceDefaults): CheckedPace {
+  const { fail } = defaults
+  if (entry === null || typeof entry !== 'object') return fail(at, 'an object { perSecond or limit and window, key, spend, name? }', entry)
+  const options = entry as Record<string, unknown>
+  // A misspelt option would otherwise be dropped without a word (a misspelt name, say, leaves the
+  // pace its default name); one set to undefined says nothing, as a missing one does.
+  for (const [option, value] of Object.entries(options)) {
+    if (value !== undefined && !OPTIONS.includes(option)) throw new TypeError(`${fail.prefix}${at}.${option} is not an option of a pace (${OPTIONS.join(', ')})`)
+  }
+  const rate = checkRate(options, at, fail)
+  const key = checkKeyOption(options.key, at, fail)
+  const spend = options.spend
+  if (spend !== 'accepted' && spend !== 'rejected' && spend !== 'every') fail(`${at}.spend`, "'accepted', 'rejected' or 'every'", spend)
+  const rateOf = options.rateOf
+  if (rateOf !== undefined && typeof rateOf !== 'function') fail(`${at}.rateOf`, 'a function (key) => number | undefined', rateOf)
+  const name = checkName(options.name, defaultName(defaults.url, defaults.paces, key, spend as PaceSpend), at, fail)
+  const exceptGrantTypes = checkGrantTypes(options.exceptGrantTypes, at, fail)
+  if (options.shadow !== undefined && typeof options.shadow !== 'boolean') fail(`${at}.shadow`, 'a boolean', options.shadow)
+  const warnAt = options.warnAt
+  if (warnAt !== undefined && !(typeof warnAt === 'number' && warnAt > 0 && warnAt <= 1)) fail(`${at}.warnAt`, 'a number above 0 and at most 1 (a share of the bucket)', warnAt)
+  return {
+    name,
+    ...rate,
+    key,
+    spend: spend as PaceSpend,
+    rateOf: rateOf as RateOf | undefined,
+    refusal: refusalShaper(options.refusal, at, fail.prefix, name),
+    exceptGrantTypes,
+    shadow: (options.shadow as boolean | undefined) ?? defaults.shadow,
+    warnAt: (warnAt as number | undefined) ?? null
+  }
+}
+
+/** The rule of a checked pace: where its hook goes (see `PaceRule.early`). */
+function placed (pace: CheckedPace): PaceRule {
+  // A pace that excepts grant types reads the body, which onRequest has not parsed yet.
+  return { ...pace, early: pace.key === 'source' && pace.spend === 'every' && pace.exceptGrantTypes === null }
 }
 
 /** The rate of a pace: `perSecond`, or `limit` with `window`, never both. */
@@ -190,7 +210,8 @@ function checkRate (options: Record<string, unknown>, at: string, fail: Fail): P
   return { limit: limit as number, window: window as number, perSecond: (limit as number) / (window as number), rate: { limit: limit as number, window: window as number } }
 }
 
-function checkKey (key: unknown, at: string, fail: Fail): PaceKeyKind {
+/** The `key` option of a pace: the kind of key it counts against. */
+function checkKeyOption (key: unknown, at: string, fail: Fail): PaceKeyKind {
   if (key === 'client' || key === 'source' || key === 'device_code' || key === 'bearer' || typeof key === 'function') return key as PaceKeyKind
   if (Array.isArray(key) && key.length === 2 && key[0] === 'client' && key[1] === 'source') return 'client+source'
   return fail(`${at}.key`, "'client', 'source', ['client', 'source'], 'device_code', 'bearer' or a function (request) => string | undefined", key)

@@ -3,7 +3,7 @@ import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { BODY_CAP, type AnswerReader } from './answer-outcome.js'
 import { writeQuota } from './quota-headers.js'
-import { kTicket, type SlottedRequest } from './request-ticket.js'
+import { kTicket, type TicketedRequest } from './request-ticket.js'
 import type { Holding } from './bound-pace.js'
 import type { PaceTicket } from './ticket.js'
 
@@ -30,7 +30,7 @@ type OnSend = (request: FastifyRequest, reply: FastifyReply, payload: unknown, n
  */
 export function settleOnSend (reader: AnswerReader): OnSend {
   return function beforeSend (request, reply, payload, next) {
-    const ticket = (request as SlottedRequest)[kTicket]
+    const ticket = (request as TicketedRequest)[kTicket]
     if (ticket === null) return next(null, payload)
     if (ticket._told || ticket.refused) return sent(ticket, reply, payload, next)
     const quick = reader.quick(reply.statusCode)
@@ -97,7 +97,7 @@ async function * replay (read: Buffer[], iterator: AsyncIterator<Buffer | string
  * onSend; the route's onError hooks run before it.
  */
 export function settleOnError (request: FastifyRequest, _reply: FastifyReply, _error: Error, next: () => void): void {
-  const ticket = (request as SlottedRequest)[kTicket]
+  const ticket = (request as TicketedRequest)[kTicket]
   if (ticket !== null) ticket._settle()
   next()
 }

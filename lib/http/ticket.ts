@@ -125,7 +125,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
    */
   _refundFrom (first: number): void {
     const held = this._held
-    for (let i = first; i < held.length; i++) this.#giveBack(held[i], null)
+    for (let i = first; i < held.length; i++) this.#refundHeld(held[i], null)
     held.length = first
   }
 
@@ -151,7 +151,7 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
    */
   _holdLate (held: Held): void {
     this._held.push(held)
-    if (held.spend === 'accepted' ? this.#refunded : this.#failuresRefunded === true && held.spend === 'rejected') this.#giveBack(held, this.#outcome)
+    if (held.spend === 'accepted' ? this.#refunded : this.#failuresRefunded === true && held.spend === 'rejected') this.#refundHeld(held, this.#outcome)
   }
 
   /** Refunds every unit spent `spend` (the exchanges' once, on the first call for them). */
@@ -161,12 +161,12 @@ export class PaceTicket<Held extends HeldReservation = HeldReservation> {
       this.#refunded = true
     }
     for (const held of this._held) {
-      if (held.spend === spend) this.#giveBack(held, this.#outcome)
+      if (held.spend === spend) this.#refundHeld(held, this.#outcome)
     }
   }
 
   /** Refunds `held` and tells the listener why: the exchange's `outcome`, or null when the request was refused. */
-  #giveBack (held: Held, outcome: PaceOutcome | null): void {
+  #refundHeld (held: Held, outcome: PaceOutcome | null): void {
     held.reservation.refund()
     this.#listener?.refunded(this.#request, held, outcome)
   }

@@ -33,13 +33,13 @@ export interface RowReport {
 
 /** The row `stored` read with its own rate; a block refuses until its end, then the bucket is full. */
 export function rowReport (stored: StoredBucket): RowReport {
-  const { limit, windowMs, blockedUntil, blockedMs, spentMs } = stored
+  const { limit, windowMs, blockedUntil, blockedMs } = stored
   if (blockedUntil !== null) {
     const ms = Math.ceil(blockedMs)
     return { state: 'blocked', remaining: 0, retryAfterMs: ms, fullInMs: ms, blockedUntil, limit: null, windowMs: null }
   }
   if (limit === null || windowMs === null) return { state: 'full', remaining: null, retryAfterMs: 0, fullInMs: 0, blockedUntil: null, limit: null, windowMs: null }
-  const { remaining, retryAfterMs, fullInMs } = bucketState(spentMs, limit, windowMs)
+  const { remaining, retryAfterMs, fullInMs } = bucketState(stored.spentMs, limit, windowMs)
   return { state: 'spent', remaining, retryAfterMs: Math.ceil(retryAfterMs), fullInMs: Math.ceil(fullInMs), blockedUntil: null, limit, windowMs }
 }
 

@@ -13,17 +13,17 @@ for (let byte = 0; byte < 256; byte++) {
   CRC16[byte] = crc & 0xffff
 }
 
-const OPEN = 0x7b // {
-const CLOSE = 0x7d // }
+const OPEN_BRACE = 0x7b // {
+const CLOSE_BRACE = 0x7d // }
 
 /** The slot of `key`, 0 to 16383. Allocates the key's bytes: only the outage path calls it. */
 export function keySlot (key: string): number {
   const bytes = Buffer.from(key, 'utf8')
   let start = 0
   let end = bytes.length
-  const open = bytes.indexOf(OPEN)
+  const open = bytes.indexOf(OPEN_BRACE)
   if (open !== -1) {
-    const close = bytes.indexOf(CLOSE, open + 1)
+    const close = bytes.indexOf(CLOSE_BRACE, open + 1)
     if (close > open + 1) {
       start = open + 1
       end = close

@@ -59,7 +59,7 @@ class RedisReservation implements PaceReservation {
     if (pace === null) return
     this.#pace = null
     this.#local?.refund()
-    pace.giveBack(this.redisKey, this.run, this.count, this.at)
+    pace._giveBack(this.redisKey, this.run, this.count, this.at)
   }
 }
 
@@ -68,14 +68,25 @@ function refused (retryAfterMs: number): PaceReservation {
   return { granted: false, remaining: 0, retryAfterMs, refund () {} }
 }
 
-/** A reservation waiting for Redis: past the store's timeout, its request takes the unavailable path. */
+/**
+ * A reservation waiting for Redis: its key, the fallback pace's grant (if it took one), the outage
+ * its request was sent in, and how its request goes on. Past the store's timeout, its request takes
+ * the unavailable path.
+ */
 class ReserveWaiting extends Waiting {
-  constructor (readonly pace: RedisPace, readonly redisKey: string, readonly local: Reservation | null, readonly resolve: (reservation: PaceReservation) => void) {
+  constructor (
+    readonly pace: RedisPace,
+    readonly key: string,
+    readonly redisKey: string,
+    readonly local: Reservation | null,
+    readonly outage: number,
+    readonly resolve: (reservation: PaceReservation) => void
+  ) {
     super()
   }
 
   expire (): void {
-    this.pace._expired(this.redisKey, this.local, this.resolve)
+    this.pace._expired(this)
   }
 }
 
@@ -115,7 +126,7 @@ export class RedisPace implements SharedPace {
   readonly #commands: PaceCommands
   readonly #prefix: string
   /** The bucket as the scripts take it: its limit, and its window in ms, or null for one second (see `scriptWindow`). */
-  readonly #rate: number
+  readonly #limit: number
   readonly #windowMs: number | null
   /** This replica's pace of the name, with `whenUnavailable: 'fallback'`; null with 'open' or 'closed'. */
   readonly #local: Pace | null
@@ -127,11 +138,11 @@ export class RedisPace implements SharedPace {
   /** Requests this pace decided without Redis's answer (an outage, a timeout, a redirection not followed): granted, and refused. */
   readonly unanswered = { granted: 0, refused: 0 }
 
-  constructor (store: PaceHost, commands: PaceCommands, prefix: string, rate: number, windowMs: number | null, local: Pace | null, log: PaceLog) {
+  constructor (store: PaceHost, commands: PaceCommands, prefix: string, limit: number, windowMs: number | null, local: Pace | null, log: PaceLog) {
     this.#store = store
     this.#commands = commands
     this.#prefix = prefix
-    this.#rate = rate
+    this.#limit = limit
     this.#windowMs = windowMs
     this.#local = local
     this.#log = log
@@ -154,50 +165,73 @@ export class RedisPace implements SharedPace {
     const redisKey = this.#prefix + key
     if (!store._mayTry(redisKey)) return Promise.resolve(this.#alone(local ?? this.#whenUnavailable(redisKey)))
     const outage = store._outage
-    return new Promise(resolve => {
-      const deadlines = this.#deadlines
-      const waiting = new ReserveWaiting(this, redisKey, local, resolve)
-      let answering: Promise<Buffer>
-      try {
-        answering = this.#windowMs === null
-          ? this.#commands.exchangepaceReserveBuffer(redisKey, this.#rate)
-          : this.#commands.exchangepaceReserveBuffer(redisKey, this.#rate, this.#windowMs)
-      } catch (err) {
-        this.#failed(redisKey, local, err as Error, resolve)
-        return
-      }
-      deadlines.start(waiting)
-      const answered = (reply: Buffer): void => {
-        const length = Buffer.isBuffer(reply) ? reply.length : -1
-        if (length !== GRANT_BYTES && length !== REFUSAL_BYTES) {
-          // Another script under this command's name (another version of this store on the same
-          // client): the store is unavailable, not the request stuck on a reply it cannot read.
-          if (deadlines.answer(waiting)) this.#failed(redisKey, local, new Error(`the reserve script answered ${length === -1 ? typeof reply : `${length} bytes`}, not a reply this version reads: does another version of exchangepace define its commands on this client?`), resolve)
-          return
-        }
-        if (!deadlines.answer(waiting)) {
-          // Too late for its request, which went the unavailable path: give Redis' unit back.
-          if (length === GRANT_BYTES) new RedisReservation(this, redisKey, reply, null).refund()
-          return
-        }
-        // The request first: a logger that throws must not leave it waiting.
-        if (length === GRANT_BYTES) resolve(new RedisReservation(this, redisKey, reply, local === null || local.granted ? local : this.#follow(key)))
-        else {
-          local?.refund()
-          resolve(refused(reply.readDoubleLE(0)))
-        }
-        store._answered(this, redisKey, outage)
-      }
-      answering.then(answered, (err: Error) => {
-        if (waiting.done) return
-        if (isResendable(err)) this.#resend(redisKey, waiting, answered, local, resolve)
-        else if (deadlines.answer(waiting)) this.#failed(redisKey, local, err, resolve)
-      })
-    })
+    return new Promise(resolve => { this.#ask(new ReserveWaiting(this, key, redisKey, local, outage, resolve)) })
+  }
+
+  /** Sends the reservation `waiting` waits for to Redis, and starts its deadline. */
+  #ask (waiting: ReserveWaiting): void {
+    let answering: Promise<Buffer>
+    try {
+      answering = this.#windowMs === null
+        ? this.#commands.exchangepaceReserveBuffer(waiting.redisKey, this.#limit)
+        : this.#commands.exchangepaceReserveBuffer(waiting.redisKey, this.#limit, this.#windowMs)
+    } catch (err) {
+      this.#failed(waiting, err as Error)
+      return
+    }
+    this.#deadlines.start(waiting)
+    answering.then(reply => { this.#answered(waiting, reply) }, (err: Error) => { this.#rejected(waiting, err) })
   }
 
   /**
-   * The reservation for `redisKey` came back unrun, still within its deadline: redirected (MOVED
+   * Redis answered the reservation `waiting` waits for: a grant or a refusal for its request,
+   * unless the reply is not one this version reads, or comes after the deadline.
+   */
+  #answered (waiting: ReserveWaiting, reply: Buffer): void {
+    const length = Buffer.isBuffer(reply) ? reply.length : -1
+    if (length !== GRANT_BYTES && length !== REFUSAL_BYTES) return this.#unreadable(waiting, length === -1 ? typeof reply : `${length} bytes`)
+    if (!this.#deadlines.answer(waiting)) return this.#late(waiting, reply, length)
+    // The request first: a logger that throws must not leave it waiting.
+    if (length === GRANT_BYTES) this.#redisGranted(waiting, reply)
+    else this.#redisRefused(waiting, reply)
+    this.#store._answered(this, waiting.redisKey, waiting.outage)
+  }
+
+  /**
+   * The reserve script answered `what`: another script under this command's name (another version
+   * of this store on the same client). The store is unavailable, not the request stuck on a reply
+   * it cannot read.
+   */
+  #unreadable (waiting: ReserveWaiting, what: string): void {
+    if (this.#deadlines.answer(waiting)) this.#failed(waiting, new Error(`the reserve script answered ${what}, not a reply this version reads: does another version of exchangepace define its commands on this client?`))
+  }
+
+  /** Too late for its request, which went the unavailable path: Redis's unit, if it granted one, goes back. */
+  #late (waiting: ReserveWaiting, reply: Buffer, length: number): void {
+    if (length === GRANT_BYTES) new RedisReservation(this, waiting.redisKey, reply, null).refund()
+  }
+
+  /** Redis granted: the request holds its unit, and the memory's, which follows Redis when it had refused (see `#follow`). */
+  #redisGranted (waiting: ReserveWaiting, reply: Buffer): void {
+    const local = waiting.local
+    waiting.resolve(new RedisReservation(this, waiting.redisKey, reply, local === null || local.granted ? local : this.#follow(waiting.key)))
+  }
+
+  /** Redis refused: the memory's unit, if it took one, goes back. */
+  #redisRefused (waiting: ReserveWaiting, reply: Buffer): void {
+    waiting.local?.refund()
+    waiting.resolve(refused(reply.readDoubleLE(0)))
+  }
+
+  /** The reservation failed in Redis, or came back unrun (sent again, see `#resend`), within its deadline. */
+  #rejected (waiting: ReserveWaiting, err: Error): void {
+    if (waiting.done) return
+    if (isResendable(err)) this.#resend(waiting)
+    else if (this.#deadlines.answer(waiting)) this.#failed(waiting, err)
+  }
+
+  /**
+   * The reservation `waiting` waits for came back unrun, within its deadline: redirected (MOVED
    * or ASK), or refused by ioredis before it was sent (see `isResendable`). It is sent again as a
    * command of its own, which ioredis follows to the node a redirection names (correcting its slot
    * map on a MOVED, and sending ASKING first on an ASK), and whose answer is the request's, as the
@@ -205,15 +239,15 @@ export class RedisPace implements SharedPace {
    * auto-pipelined batch that mixed slots (a failover or a resharding moved some of them); ioredis
    * 6.1 resends such a command itself.
    */
-  #resend (redisKey: string, waiting: ReserveWaiting, answered: (reply: Buffer) => void, local: Reservation | null, resolve: (reservation: PaceReservation) => void): void {
+  #resend (waiting: ReserveWaiting): void {
     const failed = (err: Error): void => {
-      if (this.#deadlines.answer(waiting)) this.#failed(redisKey, local, err, resolve)
+      if (this.#deadlines.answer(waiting)) this.#failed(waiting, err)
     }
     try {
       const answering = this.#windowMs === null
-        ? this.#commands.exchangepaceReserveAloneBuffer(redisKey, this.#rate)
-        : this.#commands.exchangepaceReserveAloneBuffer(redisKey, this.#rate, this.#windowMs)
-      answering.then(answered, failed)
+        ? this.#commands.exchangepaceReserveAloneBuffer(waiting.redisKey, this.#limit)
+        : this.#commands.exchangepaceReserveAloneBuffer(waiting.redisKey, this.#limit, this.#windowMs)
+      answering.then(reply => { this.#answered(waiting, reply) }, failed)
     } catch (err) {
       failed(err as Error)
     }
@@ -246,9 +280,9 @@ export class RedisPace implements SharedPace {
     this.#store._track(this)
   }
 
-  /** @internal Redis did not answer the reservation for `redisKey` within the timeout. */
-  _expired (redisKey: string, local: Reservation | null, resolve: (reservation: PaceReservation) => void): void {
-    this.#failed(redisKey, local, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`), resolve)
+  /** @internal Redis did not answer the reservation `waiting` waits for within the timeout. */
+  _expired (waiting: ReserveWaiting): void {
+    this.#failed(waiting, new Error(`no answer within ${this.#deadlines.timeoutMs} ms`))
   }
 
   /**
@@ -256,9 +290,9 @@ export class RedisPace implements SharedPace {
    * fallback's grant, when it took one), before the outage is noted and logged (a logger that
    * throws must not leave it waiting).
    */
-  #failed (redisKey: string, local: Reservation | null, err: Error, resolve: (reservation: PaceReservation) => void): void {
-    resolve(this.#alone(local ?? this.#whenUnavailable(redisKey)))
-    this.#store._failed(redisKey, err, this.#log)
+  #failed (waiting: ReserveWaiting, err: Error): void {
+    waiting.resolve(this.#alone(waiting.local ?? this.#whenUnavailable(waiting.redisKey)))
+    this.#store._failed(waiting.redisKey, err, this.#log)
   }
 
   /**
@@ -289,15 +323,16 @@ export class RedisPace implements SharedPace {
   }
 
   /**
-   * Refunds grant number `count` of the run of `redisKey` that began at `run`, made at `at`, in
-   * Redis. Nobody waits for it; a failure (a rejection, or a client that throws, which `reserve`
-   * survives too) only leaves it spent.
+   * @internal Called once per granted reservation by `RedisReservation.refund`, as `Pace._giveBack`
+   * is by `Reservation.refund`: gives grant number `count` of the run of `redisKey` that began at
+   * `run`, made at `at`, back to its bucket in Redis. Nobody waits for it; a failure (a rejection,
+   * or a client that throws, which `reserve` survives too) only leaves it spent.
    */
-  giveBack (redisKey: string, run: number, count: number, at: number): void {
+  _giveBack (redisKey: string, run: number, count: number, at: number): void {
     try {
       const refunding = this.#windowMs === null
-        ? this.#commands.exchangepaceRefund(redisKey, this.#rate, run, count, at)
-        : this.#commands.exchangepaceRefund(redisKey, this.#rate, run, count, at, this.#windowMs)
+        ? this.#commands.exchangepaceRefund(redisKey, this.#limit, run, count, at)
+        : this.#commands.exchangepaceRefund(redisKey, this.#limit, run, count, at, this.#windowMs)
       refunding.catch((err: Error) => { this.#lost(err) })
     } catch (err) {
       this.#lost(err as Error)

@@ -7,7 +7,7 @@ import type { PaceBucket } from '../store.js'
 
 /**
  * A row's layout for Lua's struct library, little-endian: the format byte, then full, run, count
- * and last as doubles, the marks as an unsigned 32-bit integer, and the rate it was written at as
+ * and last as doubles, the marks as an unsigned 32-bit integer, and the limit it was written at as
  * a double. The row of a pace whose window is not one second adds its window in ms, a double.
  */
 const ROW = '<BddddI4d'
@@ -43,12 +43,12 @@ const IS_BLOCK = `row and #row == 9 and string.byte(row) == ${BLOCK_FORMAT}`
 
 /**
  * The pace in Redis, with the in-process Pace's semantics. A key holds one row,
- * `struct.pack(ROW, 2, full, run, count, last, marks, rate)` (45 bytes) for a one-second pace: a
+ * `struct.pack(ROW, 2, full, run, count, last, marks, limit)` (45 bytes) for a one-second pace: a
  * format byte, the time at which the bucket is full again, and for refunds (as in `Pace`) when the
  * run of spending began, the grants counted in it, when the latest came, which of the 32 latest
- * were refunded (bit i: the grant i before the latest), and the rate (the limit) whose microticks
+ * were refunded (bit i: the grant i before the latest), and the limit whose microticks
  * (below) its times are counted in. A pace of another window writes
- * `struct.pack(WINDOWED_ROW, 3, full, run, count, last, marks, rate, window)` (53 bytes): the same
+ * `struct.pack(WINDOWED_ROW, 3, full, run, count, last, marks, limit, window)` (53 bytes): the same
  * fields, then its window in ms. No key means a full bucket, and every write sets the key to
  * expire at the moment it is full again (PX), so Redis holds only the keys that spent within the
  * last window. Each operation is one script on one key: atomic on the server, no read-then-write
@@ -56,12 +56,12 @@ const IS_BLOCK = `row and #row == 9 and string.byte(row) == ${BLOCK_FORMAT}`
  *
  * Time is counted in microticks, in one of two time bases, as `Pace` counts its ticks (a debit or
  * a refund adds or subtracts an exact integer):
- * - a one-second pace (no window argument, or 1000 ms): one microsecond of TIME is `rate`
- *   microticks, a unit 1e6 of them and the bucket 1e6 x rate, and readings are taken modulo 2^32
+ * - a one-second pace (no window argument, or 1000 ms): one microsecond of TIME is `limit`
+ *   microticks, a unit 1e6 of them and the bucket 1e6 x limit, and readings are taken modulo 2^32
  *   microseconds (71 minutes), which keeps every value an exact integer for integer rates up to
  *   2^21 per second;
- * - a window of W ms: TIME is read in whole milliseconds (rounded down), one of which is `rate`
- *   microticks, so a unit is W of them and the bucket W x rate, exactly `Pace`'s ticks on a
+ * - a window of W ms: TIME is read in whole milliseconds (rounded down), one of which is `limit`
+ *   microticks, so a unit is W of them and the bucket W x limit, exactly `Pace`'s ticks on a
  *   millisecond clock; readings are taken modulo 2^36 ms (795 days), over twice the longest window
  *   (365 days), which keeps every value an exact integer below 2^53 for integer limits up to 2^16.
  *   Every window shares this base, so that the rows of one pace at another limit or window are
@@ -79,7 +79,7 @@ const IS_BLOCK = `row and #row == 9 and string.byte(row) == ${BLOCK_FORMAT}`
  * 17-digit double). A value not in its base's format (the other base's row, a row of an earlier
  * build, which lives at most a second) reads as no row: a full bucket. Replicas that declare
  * different buckets for one pace within one base (a deploy that changes `perSecond`, or a window's
- * limit or length) share its rows: a reserve reads a row written at another rate as the same
+ * limit or length) share its rows: a reserve reads a row written at another limit as the same
  * moments in its own microticks (the bucket as far from full in time); a row of a longer window
  * that is further ahead than this pace's bucket but within that window is this bucket empty
  * (refused, and left as it is), not a clock step; and a refund leaves a row written at another
@@ -88,7 +88,7 @@ const IS_BLOCK = `row and #row == 9 and string.byte(row) == ${BLOCK_FORMAT}`
  */
 
 /**
- * Lua: the time base of the pace the script runs for, from ARGV[1], its rate (the limit), and
+ * Lua: the time base of the pace the script runs for, from ARGV[1], its limit, and
  * ARGV[`windowArgument`], its window in ms, absent for a one-second pace (1000 is read the same
  * way): the unit, the cycle the clock is read modulo and its steps per ms, the size, format and
  * layout of its rows, and `wrap`, the cycle in microticks. A one-second pace only tests its window
@@ -96,7 +96,7 @@ const IS_BLOCK = `row and #row == 9 and string.byte(row) == ${BLOCK_FORMAT}`
  */
 function timeBase (windowArgument: number): string {
   return `
-local rate = tonumber(ARGV[1])
+local limit = tonumber(ARGV[1])
 local window = ARGV[${windowArgument}]
 local unit = 1000000
 local cycle = 4294967296
@@ -113,7 +113,7 @@ if window and window ~= '1000' then
   format = ${WINDOWED_ROW_FORMAT}
   layout = '${WINDOWED_ROW}'
 end
-local wrap = cycle * rate
+local wrap = cycle * limit
 `
 }
 
@@ -122,46 +122,46 @@ const CLOCK = `
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
 if perMs == 1 then now = math.floor(now / 1000) end
-now = (now % cycle) * rate
+now = (now % cycle) * limit
 `
 
 /**
- * Takes one unit if the bucket holds one. `spent` is how far ahead of now the stored time is; a
+ * Takes one unit if the bucket holds one. `fullIn` is how far ahead of now the stored time is; a
  * key whose time has come (or no key, or a value not in the row's format) is a full bucket, and a
  * grant on it begins a new run, so the rest of the row is read only when the run goes on. The
  * reply is one binary string of doubles, little-endian (a table reply cost Redis a tenth of the
  * script's time, converting it): refused, 8 bytes, the wait in ms; granted, 40 bytes, the whole
  * units left, for the refund the run, the grant's number in it and its time, and the ms until the
- * bucket is full again (the RateLimit header's `t`). ARGV: the rate,
+ * bucket is full again (the RateLimit header's `t`). ARGV: the limit,
  * and the window in ms for a pace whose window is not one second.
  */
 const RESERVE = `${timeBase(2)}${CLOCK}
 local row = redis.pcall('GET', KEYS[1])
-local capacity = unit * rate
+local capacity = unit * limit
 local at = math.floor(now + 0.5) % wrap
 local after = unit
 local run = at
 local count = 1
 local marks = 0
 if ${IS_ROW} then
-  local _, full, since, grants, last, refunded, written = struct.unpack('${ROW}', row)
-  if written ~= rate then
-    full = math.floor(full / written * rate + 0.5) % wrap
-    since = math.floor(since / written * rate + 0.5) % wrap
+  local _, full, rowRun, grants, last, refunded, written = struct.unpack('${ROW}', row)
+  if written ~= limit then
+    full = math.floor(full / written * limit + 0.5) % wrap
+    rowRun = math.floor(rowRun / written * limit + 0.5) % wrap
   end
-  local spent = (full - now) % wrap
+  local fullIn = (full - now) % wrap
   local reach = capacity
   if format == ${WINDOWED_ROW_FORMAT} then
     local stretch = struct.unpack('<d', row, 46)
-    if stretch > window then reach = stretch * rate end
+    if stretch > window then reach = stretch * limit end
   end
-  if spent > reach + 0.5 and spent <= wrap / 2 then
-    redis.call('SET', KEYS[1], struct.pack(layout, format, math.floor(now + capacity + 0.5) % wrap, at, 0, at, 0, rate, window), 'PX', string.format('%d', unit / perMs))
-    return struct.pack('<d', unit / perMs / rate)
+  if fullIn > reach + 0.5 and fullIn <= wrap / 2 then
+    redis.call('SET', KEYS[1], struct.pack(layout, format, math.floor(now + capacity + 0.5) % wrap, at, 0, at, 0, limit, window), 'PX', string.format('%d', unit / perMs))
+    return struct.pack('<d', unit / perMs / limit)
   end
-  if spent > 0 and spent <= wrap / 2 then
-    after = spent + unit
-    run = since
+  if fullIn > 0 and fullIn <= wrap / 2 then
+    after = fullIn + unit
+    run = rowRun
     count = grants + 1
     marks = refunded * 2 % 4294967296
   end
@@ -171,10 +171,10 @@ elseif ${IS_BLOCK} then
 end
 local shortfall = after - capacity
 if shortfall > 0.5 then
-  return struct.pack('<d', shortfall / rate / perMs)
+  return struct.pack('<d', shortfall / limit / perMs)
 end
-redis.call('SET', KEYS[1], struct.pack(layout, format, math.floor(now + after + 0.5) % wrap, run, count, at, marks, rate, window), 'PX', string.format('%d', math.ceil(after / rate / perMs)))
-return struct.pack('<ddddd', math.floor((0.5 - shortfall) / unit), run, count, at, after / rate / perMs)
+redis.call('SET', KEYS[1], struct.pack(layout, format, math.floor(now + after + 0.5) % wrap, run, count, at, marks, limit, window), 'PX', string.format('%d', math.ceil(after / limit / perMs)))
+return struct.pack('<ddddd', math.floor((0.5 - shortfall) / unit), run, count, at, after / limit / perMs)
 `
 
 /**
@@ -197,14 +197,14 @@ return struct.pack('<ddddd', math.floor((0.5 - shortfall) / unit), run, count, a
  * window at most: a time more than a bucket ahead (by more than the half microtick a grant rounds
  * to, as the reserve script reads it) means Redis's clock stepped back since the grants, and the
  * key lives no longer than a reserve would let it (which rewrites such a time one bucket ahead).
- * ARGV: the rate, the grant's run, number and time, and the window in ms for a pace whose window
+ * ARGV: the limit, the grant's run, number and time, and the window in ms for a pace whose window
  * is not one second.
  */
 const REFUND = `${timeBase(5)}
 local row = redis.pcall('GET', KEYS[1])
 if not (${IS_ROW}) then return 0 end
-local _, full, since, grants, last, marks, written = struct.unpack('${ROW}', row)
-if since ~= tonumber(ARGV[2]) or written ~= rate then return 0 end
+local _, full, run, grants, last, marks, written = struct.unpack('${ROW}', row)
+if run ~= tonumber(ARGV[2]) or written ~= limit then return 0 end
 if format == ${WINDOWED_ROW_FORMAT} and struct.unpack('<d', row, 46) ~= window then return 0 end
 local ahead = (full - last) % wrap
 local left
@@ -230,25 +230,25 @@ if left <= 0.5 then
   return 1
 end
 if left >= ahead then
-  redis.call('SET', KEYS[1], struct.pack(layout, format, full, since, grants, last, marks, written, window), 'KEEPTTL')
+  redis.call('SET', KEYS[1], struct.pack(layout, format, full, run, grants, last, marks, written, window), 'KEEPTTL')
   return 1
 end
 ${CLOCK}
-local spent = (last + left - now) % wrap
-if spent == 0 or spent > wrap / 2 then
+local fullIn = (last + left - now) % wrap
+if fullIn == 0 or fullIn > wrap / 2 then
   redis.call('DEL', KEYS[1])
 else
-  if spent > unit * rate + 0.5 then spent = unit * rate end
-  redis.call('SET', KEYS[1], struct.pack(layout, format, (last + left) % wrap, since, grants, last, marks, rate, window), 'PX', string.format('%d', math.ceil(spent / rate / perMs)))
+  if fullIn > unit * limit + 0.5 then fullIn = unit * limit end
+  redis.call('SET', KEYS[1], struct.pack(layout, format, (last + left) % wrap, run, grants, last, marks, limit, window), 'PX', string.format('%d', math.ceil(fullIn / limit / perMs)))
 end
 return 1
 `
 
 /**
  * What an operator sees of a key, whatever pace wrote it: nothing is written, and the caller needs
- * no rate, because a row carries its own. The reply is five doubles, little-endian: how far the
+ * no limit, because a row carries its own. The reply is five doubles, little-endian: how far the
  * row's time is ahead of now in ms (0 for a full bucket, which has no row), the block's end in Unix
- * ms (0 when none), Redis's clock in Unix ms, and the rate (the limit) and window in ms the row was
+ * ms (0 when none), Redis's clock in Unix ms, and the limit and window in ms the row was
  * written at (0 and 0 without a row). A time more than half a cycle ahead is behind now: full.
  */
 const INSPECT = `
@@ -270,10 +270,10 @@ if #row == 53 and format == ${WINDOWED_ROW_FORMAT} then
 elseif not (#row == 45 and format == ${ROW_FORMAT}) then
   return struct.pack('<ddddd', 0, 0, nowMs, 0, 0)
 end
-local _, full, _, _, _, _, rate = struct.unpack('${ROW}', row)
-local spent = (full - now * rate) % (cycle * rate)
-if spent > cycle * rate / 2 then spent = 0 end
-return struct.pack('<ddddd', spent / rate / perMs, 0, nowMs, rate, window)
+local _, full, _, _, _, _, limit = struct.unpack('${ROW}', row)
+local fullIn = (full - now * limit) % (cycle * limit)
+if fullIn > cycle * limit / 2 then fullIn = 0 end
+return struct.pack('<ddddd', fullIn / limit / perMs, 0, nowMs, limit, window)
 `
 
 /** Makes the key's bucket full again, and lifts a block: the key goes. */
@@ -366,10 +366,10 @@ export const GRANT_BYTES = 40
  * reserve script's reply is read as it came (the `Buffer` form of the command), not as text.
  */
 export interface PaceCommands {
-  exchangepaceReserveBuffer (key: string, rate: number, windowMs?: number): Promise<Buffer>
+  exchangepaceReserveBuffer (key: string, limit: number, windowMs?: number): Promise<Buffer>
   /** The reserve, never auto-pipelined: a command of its own, whose redirections ioredis follows (see `defineCommands`). */
-  exchangepaceReserveAloneBuffer (key: string, rate: number, windowMs?: number): Promise<Buffer>
-  exchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs?: number): Promise<number>
+  exchangepaceReserveAloneBuffer (key: string, limit: number, windowMs?: number): Promise<Buffer>
+  exchangepaceRefund (key: string, limit: number, run: number, count: number, at: number, windowMs?: number): Promise<number>
   exchangepaceInspectBuffer (key: string): Promise<Buffer>
   exchangepaceReset (key: string): Promise<number>
   exchangepaceBlockBuffer (key: string, ms: number): Promise<Buffer>

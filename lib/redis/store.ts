@@ -242,10 +242,10 @@ interface ScanningClient {
 
 /** The inspect script's reply, read. */
 function storedBucket (reply: Buffer): StoredBucket {
-  const [spentMs, ending, nowMs, limit, windowMs] = [0, 8, 16, 24, 32].map(at => reply.readDoubleLE(at))
+  const [fullInMs, ending, nowMs, limit, windowMs] = [0, 8, 16, 24, 32].map(at => reply.readDoubleLE(at))
   const blockedMs = Math.max(0, ending - nowMs)
   return {
-    spentMs,
+    spentMs: fullInMs,
     blockedMs,
     blockedUntil: blockedMs > 0 ? new Date(ending) : null,
     limit: limit === 0 ? null : limit,

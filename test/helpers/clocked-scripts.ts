@@ -9,8 +9,8 @@ import { onTestClock } from './redis.js'
  */
 export interface ClockedCommands {
   /** The reserve script's reply as it came: 8 bytes (refused: the wait) or 32 (granted: left, run, number, time), doubles. */
-  clockedReserveBuffer (key: string, rate: number, windowMs: number, micros: number): Promise<Buffer>
-  clockedRefund (key: string, rate: number, run: number, count: number, at: number, windowMs: number, micros: number): Promise<number>
+  clockedReserveBuffer (key: string, limit: number, windowMs: number, micros: number): Promise<Buffer>
+  clockedRefund (key: string, limit: number, run: number, count: number, at: number, windowMs: number, micros: number): Promise<number>
 }
 
 /** Defines the clocked scripts on `client` as `clockedReserve` and `clockedRefund`. */

@@ -78,14 +78,14 @@ export function underCI (): boolean {
 export function onTestClock (script: string): string {
   if (!script.includes("redis.call('TIME')")) return script
   const clocked = script.replace("redis.call('TIME')", '{0, ARGV[#ARGV]}')
-  const lasting = clocked.replace(/string\.format\('%d', math\.ceil\((after|spent) \/ rate \/ perMs\)\)/g, "'600000'")
+  const lasting = clocked.replace(/string\.format\('%d', math\.ceil\((after|fullIn) \/ limit \/ perMs\)\)/g, "'600000'")
   if (script.includes('math.ceil(') && lasting === clocked) throw new Error('the scripts changed: update onTestClock')
   return lasting
 }
 
 interface ClockedCommands {
-  clockedExchangepaceReserveBuffer (key: string, rate: number, windowMs: number, micros: number): Promise<Buffer>
-  clockedExchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs: number, micros: number): Promise<number>
+  clockedExchangepaceReserveBuffer (key: string, limit: number, windowMs: number, micros: number): Promise<Buffer>
+  clockedExchangepaceRefund (key: string, limit: number, run: number, count: number, at: number, windowMs: number, micros: number): Promise<number>
   clockedExchangepaceInspectBuffer (key: string, micros: number): Promise<Buffer>
   clockedExchangepaceReset (key: string): Promise<number>
   clockedExchangepaceBlockBuffer (key: string, ms: number, micros: number): Promise<Buffer>
@@ -114,12 +114,12 @@ export class ClockedClient {
     this.#client.defineCommand(`clocked${name[0].toUpperCase()}${name.slice(1)}`, { numberOfKeys: definition.numberOfKeys, lua: onTestClock(definition.lua) })
   }
 
-  exchangepaceReserveBuffer (key: string, rate: number, windowMs = 1000): Promise<Buffer> {
-    return this.#client.clockedExchangepaceReserveBuffer(key, rate, windowMs, this.micros())
+  exchangepaceReserveBuffer (key: string, limit: number, windowMs = 1000): Promise<Buffer> {
+    return this.#client.clockedExchangepaceReserveBuffer(key, limit, windowMs, this.micros())
   }
 
-  exchangepaceRefund (key: string, rate: number, run: number, count: number, at: number, windowMs = 1000): Promise<number> {
-    return this.#client.clockedExchangepaceRefund(key, rate, run, count, at, windowMs, this.micros())
+  exchangepaceRefund (key: string, limit: number, run: number, count: number, at: number, windowMs = 1000): Promise<number> {
+    return this.#client.clockedExchangepaceRefund(key, limit, run, count, at, windowMs, this.micros())
   }
 
   exchangepaceInspectBuffer (key: string): Promise<Buffer> {
