@@ -32,7 +32,7 @@
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
-import { BENCH_DIR, PARTS, commandOf, log, optionArgs, parseOptions } from './common.js'
+import { BENCH_DIR, PARTS, commandOf, log, optionArgs, parseOptions } from './shared/common.js'
 import { writeReport } from './report.js'
 
 const argv = process.argv.slice(2)
@@ -50,7 +50,7 @@ const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fide
 
 function runPart (part) {
   return new Promise(resolve => {
-    const child = spawn(process.execPath, [...FLAGS[part], join(BENCH_DIR, `${part}.js`), ...optionArgs(options)], { stdio: 'inherit' })
+    const child = spawn(process.execPath, [...FLAGS[part], join(BENCH_DIR, 'parts', part, `${part}.js`), ...optionArgs(options)], { stdio: 'inherit' })
     child.on('exit', (code, signal) => resolve(code === 0 ? null : `${part} failed (${signal ?? `exit ${code}`})`))
   })
 }

@@ -8,7 +8,7 @@ import { Redis } from 'ioredis'
 import exchangePace, { RedisStore } from '../lib/index.js'
 import { redisOrSkip, underCI, uniquePrefix } from './helpers/redis.js'
 // The bench's own: plain JavaScript, as tap runs tests without type-checking them.
-import { sparePort, startRedisServer } from '../bench/common.js'
+import { sparePort, startRedisServer } from '../bench/shared/common.js'
 
 // The plugin on a RedisStore, over a real Redis: replicas share one pace, strangers leave nothing
 // in Redis, and a Redis that stops and comes back is survived without a single 5xx.

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type ClusterOptions } from 'ioredis'
-import { answering, spareClusterPort, WATCHDOG } from '../../bench/cluster.js'
+import { answering, spareClusterPort, WATCHDOG } from '../../bench/shared/redis-servers.js'
 import { underCI } from './redis.js'
 
 /**

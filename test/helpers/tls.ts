@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
-import { spareClusterPort, WATCHDOG } from '../../bench/cluster.js'
+import { spareClusterPort, WATCHDOG } from '../../bench/shared/redis-servers.js'
 import type { Server, ServerBinary } from './cluster.js'
 import { underCI } from './redis.js'
 
