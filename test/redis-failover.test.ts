@@ -4,7 +4,7 @@ import { installedOrSkip } from './helpers/cluster.js'
 import type { TapTest } from './shared-behaviour.js'
 // The bench's own (plain JavaScript): part 9 runs the same scenarios, longer.
 import { GUESS_LIMIT, runRestart, runSentinel } from '../bench/parts/failover/failover-run.js'
-import { startSentinels } from '../bench/shared/sentinel.js'
+import { startSentinels } from '../bench/shared/redis-servers.js'
 import { failoverFigures } from '../bench/parts/failover/failover-figures.js'
 
 // Failover under load: two app replicas on a RedisStore, clients at three times their rate,

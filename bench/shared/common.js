@@ -4,14 +4,11 @@
 // bench/run.js, and writes `<out>/<part>.json`. Figures are only ever compared inside one such file: the
 // alternatives ran in the same process (or the same run), on the same machine, minutes apart at most.
 
-import { execFileSync, spawn } from 'node:child_process'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import os from 'node:os'
 import { dirname, join, resolve } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
-import Redis from 'ioredis'
 
 /** bench/: parts/<part>/<part>.js are the parts, shared/ what several use, results/ their JSON. */
 export const BENCH_DIR = dirname(dirname(fileURLToPath(import.meta.url)))
@@ -175,15 +172,6 @@ export function log (...args) {
 /** Lets timers, I/O and idle GC run between rounds. */
 export const breathe = () => new Promise(resolve => setImmediate(resolve))
 
-/** `redis-server --version`, or null when redis-server is not installed. */
-export function redisServerVersion () {
-  try {
-    return execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim()
-  } catch {
-    return null
-  }
-}
-
 /** A loopback port nothing listens on now, for a server of the bench's own. */
 export async function sparePort () {
   const server = createServer()
@@ -191,26 +179,4 @@ export async function sparePort () {
   const { port } = server.address()
   await new Promise(resolve => server.close(resolve))
   return port
-}
-
-/**
- * A redis-server of the caller's own on loopback `port`, nothing kept on disk, once it answers a
- * PING (test/redis-plugin.test.ts starts its outage servers with it too).
- */
-export async function startRedisServer (port) {
-  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
-  probe.on('error', () => {}) // refused until the server listens: the loop below tries again
-  for (let attempt = 0; attempt < 100; attempt++) {
-    try {
-      await probe.connect()
-      await probe.ping()
-      probe.disconnect()
-      return server
-    } catch {
-      await sleep(20)
-    }
-  }
-  server.kill('SIGKILL')
-  throw new Error(`redis-server did not answer on port ${port}`)
 }

@@ -1,13 +1,18 @@
-// A Redis Cluster of three masters, each with a replica, on loopback ports free at run time, for
-// the failover runs (bench/parts/failover/failover-run.js): the benchmark's part 9 and test/redis-failover.test.ts
-// start it through here. Plain JavaScript, as tap runs tests without type-checking them.
+// The Redis and Valkey servers the benchmark and the tests start themselves, on loopback ports free
+// at run time, nothing kept on disk: one server alone (`startAlone`), a server with options of the
+// caller's (`startServer`: replicas, sentinels, TLS), a three-master Redis Cluster (`formCluster`
+// over servers started here; `startReplicatedCluster` adds a replica to each master and failover),
+// and a master with a replica and three sentinels (`startSentinels`). bench/parts/* and
+// test/helpers/* import them from here. Plain JavaScript, as tap runs tests without type-checking
+// them.
 //
 // Each server runs under a small shell that kills it when this process's end of a pipe closes, so
-// that no server outlives the run however it ends; `stop()` kills them all and waits for them.
+// that no server outlives the run however it ends (a failed assertion, an exception, a kill); a
+// server's `kill()` kills it at once and waits for it.
 
-import { execFile, spawn } from 'node:child_process'
+import { execFile, execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -16,12 +21,40 @@ import { promisify } from 'node:util'
 import Redis, { Cluster } from 'ioredis'
 
 /**
+ * One server started here: its port and pid, a way to freeze and thaw it, and its end.
+ * @typedef {object} Server
+ * @property {number} port
+ * @property {number} pid
+ * @property {() => void} pause SIGSTOP: the server keeps its connections open and answers nothing until `resume`.
+ * @property {() => void} resume SIGCONT: it answers again, the commands that waited first.
+ * @property {() => Promise<void>} kill SIGKILL (a paused server too); resolves once it and its watchdog have exited.
+ */
+
+/**
+ * What a TLS-only server is given (`--port 0 --tls-port P`): its certificate and key, and the CA
+ * that signed it, whose certificate (`ca`) the probes trust.
+ * @typedef {object} TlsFiles
+ * @property {string} certFile
+ * @property {string} keyFile
+ * @property {string} caFile
+ * @property {Buffer} ca
+ */
+
+/** `redis-server --version`, or null when redis-server is not installed. */
+export function redisServerVersion () {
+  try {
+    return execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim()
+  } catch {
+    return null
+  }
+}
+
+/**
  * Runs "$0" (the server) with "$@", says its pid, and exits when the server does; a reader in the
  * background kills the server when standard input closes (kept on fd 3: an asynchronous list's
- * standard input is /dev/null in a shell without job control). The tests' servers run under it too
- * (test/helpers/cluster.ts).
+ * standard input is /dev/null in a shell without job control).
  */
-export const WATCHDOG = 'exec 3<&0; "$0" "$@" & server=$!; echo "$server"; (while read -r _; do :; done; kill -9 "$server" 2>/dev/null) <&3 & wait "$server"'
+const WATCHDOG = 'exec 3<&0; "$0" "$@" & server=$!; echo "$server"; (while read -r _; do :; done; kill -9 "$server" 2>/dev/null) <&3 & wait "$server"'
 
 async function free (port) {
   const probe = createServer()
@@ -50,22 +83,22 @@ export async function spareClusterPort () {
   throw new Error('no free pair of loopback ports for a cluster node')
 }
 
-/** A client for one server, for administration: no retries, errors left to the caller. */
-export function admin (port) {
-  const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 500 })
+/** A client for one server (over TLS with `tls`), for administration: no retries, errors left to the caller. */
+export function admin (port, tls) {
+  const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 500, ...(tls === undefined ? {} : { tls: { ca: tls.ca } }) })
   client.on('error', () => {}) // a server being killed: the caller sees the failed command
   return client
 }
 
 /**
- * Resolves once `port` answers a PING, or rejects when `exited` (the server's exit, when given)
- * comes first or 10 s pass. The tests' servers wait for it too (test/helpers/cluster.ts).
+ * Resolves once `port` answers a PING (over TLS with `tls`), or rejects when `exited` (the
+ * server's exit, when given) comes first or 10 s pass.
  */
-export async function answering (port, exited = null) {
+async function answering (port, exited = null, tls = undefined) {
   const server = { gone: false } // an object: the loop's condition changes from the callbacks
   exited?.then(() => { server.gone = true }, () => { server.gone = true })
   for (let waited = 0; waited < 10_000 && !server.gone; waited += 20) {
-    const probe = admin(port)
+    const probe = admin(port, tls)
     try {
       await probe.connect()
       await probe.ping()
@@ -79,47 +112,79 @@ export async function answering (port, exited = null) {
   throw new Error(`the server on port ${port} ${server.gone ? 'exited' : 'did not answer within 10 s'}`)
 }
 
+/** The TLS arguments of a server on `port` with `tls`: no plain port, clients not asked for certificates. */
+export function tlsArgs (tls, port) {
+  return ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.certFile, '--tls-key-file', tls.keyFile,
+    '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', 'no']
+}
+
 /**
- * Starts `binary` on `port` (a free one when not given) with `args` (after the file `config`, when
- * given), on loopback, nothing kept on disk. The server's `kill()` sends SIGKILL and resolves
- * once it exited.
+ * Starts `binary` with `args` (an array, or a function of the port; after the file `config`, when
+ * given, and the port, loopback and no persistence) on `port`, or on a free one (trying others when
+ * another process took it first), its files in `dir`, serving only TLS with `tls`. Resolves once it
+ * answers a PING.
+ * @param {string} dir
+ * @param {string[] | ((port: number) => string[])} [args]
+ * @param {{ binary?: string, port?: number, config?: string, tls?: TlsFiles }} [options]
+ * @returns {Promise<Server>}
  */
-export async function startServer (dir, args = [], { binary = 'redis-server', port, config } = {}) {
-  const chosen = port ?? await spareClusterPort()
-  const options = [...(config === undefined ? [] : [config]), '--port', String(chosen), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', join(dir, `${chosen}.log`), ...args]
-  const shell = spawn('sh', ['-c', WATCHDOG, binary, ...options], { stdio: ['pipe', 'pipe', 'ignore'] })
-  const exited = once(shell, 'exit')
-  const [line] = await once(shell.stdout, 'data')
-  const pid = Number.parseInt(line.toString(), 10)
-  let killed = null
-  const server = {
-    port: chosen,
-    pid,
-    kill: () => {
-      killed ??= (async () => {
-        shell.stdin.end()
-        try { process.kill(pid, 'SIGKILL') } catch {} // already gone
-        await exited
-      })()
-      return killed
+export async function startServer (dir, args = [], { binary = 'redis-server', port, config, tls } = {}) {
+  for (let attempt = 0; ; attempt++) {
+    const chosen = port ?? await spareClusterPort()
+    const listen = tls === undefined ? ['--port', String(chosen)] : tlsArgs(tls, chosen)
+    const options = [...(config === undefined ? [] : [config]), ...listen, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+      '--dir', dir, '--logfile', join(dir, `${chosen}.log`), ...(typeof args === 'function' ? args(chosen) : args)]
+    const shell = spawn('sh', ['-c', WATCHDOG, binary, ...options], { stdio: ['pipe', 'pipe', 'ignore'] })
+    const exited = once(shell, 'exit')
+    const [line] = await once(shell.stdout, 'data')
+    const pid = Number.parseInt(line.toString(), 10)
+    let killed = null
+    const server = {
+      port: chosen,
+      pid,
+      pause: () => { process.kill(pid, 'SIGSTOP') },
+      resume: () => { process.kill(pid, 'SIGCONT') },
+      kill: () => {
+        killed ??= (async () => {
+          shell.stdin.end()
+          try { process.kill(pid, 'SIGKILL') } catch {} // already gone
+          await exited
+        })()
+        return killed
+      }
+    }
+    try {
+      await answering(chosen, exited, tls)
+      return server
+    } catch (err) {
+      await server.kill()
+      if (port !== undefined || attempt === 4) throw err
     }
   }
-  await answering(chosen, exited).catch(async err => {
-    await server.kill()
-    throw err
-  })
-  return server
 }
 
 /** A scratch directory for the servers' files, and its removal. */
 export function scratch () {
-  const dir = mkdtempSync(join(tmpdir(), 'exchangepace-failover-'))
+  const dir = mkdtempSync(join(tmpdir(), 'exchangepace-servers-'))
   return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) }
 }
 
-async function clusterReady (clients, knownNodes) {
-  const states = await Promise.all(clients.map(client => client.call('CLUSTER', 'INFO')))
-  return states.every(info => /cluster_state:ok/.test(info) && new RegExp(`cluster_known_nodes:${knownNodes}\\b`).test(info))
+/**
+ * One server of `binary` alone on `port` (a free one when not given), in a scratch directory of its
+ * own removed with it.
+ * @param {{ binary?: string, port?: number }} [options]
+ * @returns {Promise<Server>}
+ */
+export async function startAlone ({ binary = 'redis-server', port } = {}) {
+  const { dir, remove } = scratch()
+  try {
+    const server = await startServer(dir, [], { binary, port })
+    const kill = server.kill
+    return { ...server, kill: () => kill().finally(remove) }
+  } catch (err) {
+    remove()
+    throw err
+  }
 }
 
 async function until (what, check, timeoutMs = 20_000) {
@@ -127,6 +192,23 @@ async function until (what, check, timeoutMs = 20_000) {
     if (performance.now() - started > timeoutMs) throw new Error(`${what} within ${timeoutMs / 1000} s`)
     await sleep(50)
   }
+}
+
+/**
+ * Has the servers of `admins` (their clients, cluster mode on) form one cluster: the first three
+ * masters of a third of the 16384 slots each, all meeting the first (faster than `redis-cli
+ * --cluster create`, which waits a second at a time for the nodes to agree). Resolves once every
+ * node reports the cluster ok, every slot assigned, with all of them known.
+ */
+export async function formCluster (admins) {
+  const masters = admins.slice(0, 3)
+  await Promise.all(masters.map((client, i) => client.call('CLUSTER', 'ADDSLOTSRANGE', String(Math.floor(16384 * i / 3)), String(Math.floor(16384 * (i + 1) / 3) - 1))))
+  await Promise.all(admins.slice(1).map(client => admins[0].call('CLUSTER', 'MEET', '127.0.0.1', String(client.options.port))))
+  const agreed = async client => {
+    const info = await client.call('CLUSTER', 'INFO')
+    return /cluster_state:ok/.test(info) && new RegExp(`cluster_known_nodes:${admins.length}\\b`).test(info) && /cluster_slots_assigned:16384\b/.test(info)
+  }
+  await until(`the ${admins.length} nodes did not agree`, async () => (await Promise.all(admins.map(agreed))).every(Boolean))
 }
 
 /** Whether every replica has its master's data link up and every node lists each master with its replica. */
@@ -159,16 +241,11 @@ export async function startReplicatedCluster ({ nodeTimeoutMs = 1000, fullCovera
     '--repl-ping-replica-period', '1']
   const admins = []
   try {
-    for (let i = 0; i < 6; i++) {
-      const port = await spareClusterPort()
-      started.push(await startServer(dir, clusterArgs(port), { binary, port }))
-    }
+    for (let i = 0; i < 6; i++) started.push(await startServer(dir, clusterArgs, { binary }))
     admins.push(...started.map(server => admin(server.port)))
     const masters = admins.slice(0, 3)
     const replicas = admins.slice(3)
-    await Promise.all(masters.map((client, i) => client.call('CLUSTER', 'ADDSLOTSRANGE', String(Math.floor(16384 * i / 3)), String(Math.floor(16384 * (i + 1) / 3) - 1))))
-    await Promise.all(started.slice(1).map(({ port }) => admins[0].call('CLUSTER', 'MEET', '127.0.0.1', String(port))))
-    await until('the six nodes did not meet', () => clusterReady(admins, 6))
+    await formCluster(admins)
     const ids = await Promise.all(masters.map(client => client.call('CLUSTER', 'MYID')))
     await Promise.all(replicas.map((client, i) => client.call('CLUSTER', 'REPLICATE', ids[i])))
     await until('the replicas did not sync', () => replicated(replicas, admins))
@@ -180,9 +257,9 @@ export async function startReplicatedCluster ({ nodeTimeoutMs = 1000, fullCovera
   }
   /** A new master, empty, joined to the cluster (`redis-cli --cluster add-node`), with the others' settings. */
   const addMaster = async () => {
-    const port = await spareClusterPort()
-    const server = await startServer(dir, clusterArgs(port), { binary, port })
+    const server = await startServer(dir, clusterArgs, { binary })
     started.push(server)
+    const { port } = server
     const known = await liveNode(started)
     await execFileAsync('redis-cli', ['--cluster', 'add-node', `127.0.0.1:${port}`, `127.0.0.1:${known.port}`])
     // Every node that answers knows it, and it has read the slots: a node that has not sees the
@@ -286,4 +363,68 @@ export async function promoted (server, timeoutMs = 20_000) {
     }
   }
   throw new Error(`the replica on port ${server.port} was not promoted within ${timeoutMs / 1000} s`)
+}
+
+const NAME = 'exchangepace'
+
+/** `command` on the server at `port`, on a connection of its own. */
+async function ask (port, ...command) {
+  const client = admin(port)
+  try {
+    return await client.call(...command)
+  } finally {
+    client.disconnect()
+  }
+}
+
+/**
+ * The master, a replica in sync, and three sentinels (quorum 2) that each know the replica and
+ * the two other sentinels: a failover is possible from then on. The master is declared down after
+ * `downAfterMs` without an answer. `stop()` kills them all.
+ */
+export async function startSentinels ({ downAfterMs = 1000 } = {}) {
+  const { dir, remove } = scratch()
+  const started = []
+  const stop = async () => {
+    await Promise.all(started.map(server => server.kill()))
+    remove()
+  }
+  const sync = ['--repl-diskless-sync-delay', '0', '--repl-ping-replica-period', '1']
+  try {
+    const master = await startServer(dir, sync)
+    started.push(master)
+    const replica = await startServer(dir, [...sync, '--replicaof', '127.0.0.1', String(master.port)])
+    started.push(replica)
+    await until('the replica did not sync', async () => /master_link_status:up/.test(await ask(replica.port, 'INFO', 'replication')))
+    const sentinels = []
+    for (let i = 0; i < 3; i++) {
+      const config = join(dir, `sentinel-${i}.conf`)
+      writeFileSync(config, [`sentinel monitor ${NAME} 127.0.0.1 ${master.port} 2`, `sentinel down-after-milliseconds ${NAME} ${downAfterMs}`,
+        `sentinel failover-timeout ${NAME} 10000`, ''].join('\n'))
+      const sentinel = await startServer(dir, ['--sentinel'], { config })
+      started.push(sentinel)
+      sentinels.push(sentinel)
+    }
+    await until('the sentinels did not find each other and the replica', async () => {
+      const views = await Promise.all(sentinels.map(async ({ port }) => [await ask(port, 'SENTINEL', 'REPLICAS', NAME), await ask(port, 'SENTINEL', 'SENTINELS', NAME)]))
+      return views.every(([replicas, others]) => replicas.length === 1 && others.length === 2)
+    })
+    const servers = [master, replica]
+    return {
+      name: NAME,
+      sentinels: sentinels.map(({ port }) => ({ host: '127.0.0.1', port })),
+      /** The master and the replica now, as the first sentinel names the master (a failover swaps them). */
+      async roles () {
+        const [, port] = await ask(sentinels[0].port, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', NAME)
+        const now = servers.find(server => server.port === Number(port))
+        return { master: now, replica: servers.find(server => server !== now) }
+      },
+      /** SENTINEL FAILOVER: the sentinels promote the replica and demote the master, closing its clients' connections. */
+      failOver: () => ask(sentinels[0].port, 'SENTINEL', 'FAILOVER', NAME),
+      stop
+    }
+  } catch (err) {
+    await stop()
+    throw err
+  }
 }

@@ -32,7 +32,8 @@ import exchangePace, { RedisStore } from 'exchangepace'
 import { TOKEN_PACES } from '../../../examples/server.js'
 import { FORM, NEVER } from '../../shared/apps.js'
 import { EMPTY, FLOOR, FLOOR_STRUCT, RESERVE_THREE } from './capacity-scripts.js'
-import { byMode, fmt, log, median, parseOptions, redisServerVersion, sparePort, startRedisServer, table, writeResult } from '../../shared/common.js'
+import { byMode, fmt, log, median, parseOptions, table, writeResult } from '../../shared/common.js'
+import { redisServerVersion, startAlone } from '../../shared/redis-servers.js'
 
 const require = createRequire(import.meta.url)
 const RateLimitRedisStore = require('@fastify/rate-limit/store/RedisStore')
@@ -273,8 +274,8 @@ async function main () {
     writeResult(options, 'capacity', { skipped: 'redis-server is not installed' })
     return
   }
-  const port = await sparePort()
-  const server = await startRedisServer(port)
+  const server = await startAlone()
+  const { port } = server
   const clients = []
   const apps = []
   try {
@@ -305,7 +306,7 @@ async function main () {
   } finally {
     await Promise.all(apps.map(app => app.close()))
     for (const client of clients) client.disconnect()
-    server.kill('SIGKILL')
+    await server.kill()
   }
 }
 

@@ -421,7 +421,7 @@ export async function runRestart (lib, settings) {
 }
 
 /**
- * A Sentinel failover under traffic (bench/shared/sentinel.js's master, replica and three sentinels):
+ * A Sentinel failover under traffic (bench/shared/redis-servers.js's master, replica and three sentinels):
  * `how` is 'failover' (SENTINEL FAILOVER, which demotes the master and disconnects its clients) or
  * 'kill' (SIGKILL of the master, which the sentinels detect after down-after-milliseconds). The
  * replicas' clients are ioredis Sentinel clients, which ask the sentinels for the master.

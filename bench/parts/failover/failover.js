@@ -8,7 +8,7 @@
 // (`cluster-require-full-coverage yes`, Redis's default) and on one that serves each master's
 // slots on their own (`no`). Then a single Redis killed and restarted empty on the same port. Last,
 // a master with a replica and three sentinels (down after the same timeout), through SENTINEL
-// FAILOVER and a SIGKILL, the replicas' clients asking the sentinels (bench/shared/sentinel.js).
+// FAILOVER and a SIGKILL, the replicas' clients asking the sentinels (bench/shared/redis-servers.js).
 // The store runs with retryMs 1000 (its default) and timeoutMs 250 (below). What is reported
 // (bench/parts/failover/failover-figures.js): requests failed, how far any client went beyond its bucket per
 // replica and over both, the per-second admissions of a client on a healthy master and of one on
@@ -21,11 +21,10 @@
 import exchangePace, { RedisStore } from 'exchangepace'
 import { Cluster as Cluster5 } from 'ioredis'
 import { Cluster as Cluster6 } from 'ioredis6'
-import { startReplicatedCluster } from '../../shared/redis-servers.js'
+import { redisServerVersion, startReplicatedCluster, startSentinels } from '../../shared/redis-servers.js'
 import { runFailover, runFailovers, runRestart, runSentinel } from './failover-run.js'
-import { startSentinels } from '../../shared/sentinel.js'
 import { failoverFigures } from './failover-figures.js'
-import { byMode, log, parseOptions, redisServerVersion, table, writeResult } from '../../shared/common.js'
+import { byMode, log, parseOptions, table, writeResult } from '../../shared/common.js'
 
 const options = parseOptions()
 // timeoutMs 250, the default since part 15 measured it (it was 50 when this part was written: this

@@ -16,7 +16,8 @@
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 import { runFaultSchedule } from './fault-schedule.js'
-import { byMode, fmt, log, parseOptions, redisServerVersion, sparePort, startRedisServer, writeResult } from '../../shared/common.js'
+import { byMode, fmt, log, parseOptions, writeResult } from '../../shared/common.js'
+import { redisServerVersion, startAlone } from '../../shared/redis-servers.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
@@ -35,9 +36,8 @@ async function main () {
     writeResult(options, 'faults', { skipped: 'redis-server is not installed', target: { met: false } })
     return
   }
-  const port = await sparePort()
-  const server = await startRedisServer(port)
-  process.once('exit', () => server.kill('SIGKILL'))
+  const server = await startAlone()
+  const { port } = server
   const check = new Redis({ host: '127.0.0.1', port })
   const runs = []
   try {
@@ -49,7 +49,7 @@ async function main () {
     }
   } finally {
     check.disconnect()
-    server.kill('SIGKILL')
+    await server.kill()
   }
   const worstBy = key => runs.reduce((worst, run) => (run.figures[key] ?? -Infinity) > (worst?.figures[key] ?? -Infinity) ? run : worst, null)
   const latest = worstBy('worstEndAfterFaultMs')

@@ -22,7 +22,8 @@ import exchangePace, { Pace, RedisStore } from 'exchangepace'
 import { CLIENTS } from '../../../examples/client-auth.js'
 import { TOKEN_PACES } from '../../../examples/server.js'
 import { CLIENT_ID, CLIENT_SECRET, FORM, tokenBody } from '../../shared/apps.js'
-import { log, redisServerVersion, sparePort, startRedisServer, table } from '../../shared/common.js'
+import { log, table } from '../../shared/common.js'
+import { redisServerVersion, startAlone } from '../../shared/redis-servers.js'
 import { exchangepaceWith, fastifyRateLimitWith, rateLimiterFlexibleRecipe, TOKEN } from '../../shared/login-limiters.js'
 import { simulatedClock, withSimulatedDateNow } from '../../shared/simulated.js'
 
@@ -203,8 +204,8 @@ export async function madeUpIds (settings) {
   if (version === null) {
     redis = { skipped: 'redis-server is not installed' }
   } else {
-    const port = await sparePort()
-    const server = await startRedisServer(port)
+    const server = await startAlone()
+    const { port } = server
     const client = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true })
     try {
       const runs = []
@@ -218,7 +219,7 @@ export async function madeUpIds (settings) {
       ])))
     } finally {
       await client.quit()
-      server.kill('SIGKILL')
+      await server.kill()
     }
   }
 

@@ -28,7 +28,8 @@ import Redis from 'ioredis'
 import { RedisStore } from 'exchangepace'
 import { NEVER, REDIS_URL, probeRedis, tokenBody } from '../../shared/apps.js'
 import { countServer, dumpedInstructions, listening, valgrindVersion } from '../../shared/callgrind.js'
-import { byMode, fmt, log, parseOptions, redisServerVersion, sparePort, table, writeResult } from '../../shared/common.js'
+import { byMode, fmt, log, parseOptions, sparePort, table, writeResult } from '../../shared/common.js'
+import { redisServerVersion } from '../../shared/redis-servers.js'
 
 const require = createRequire(import.meta.url)
 const RateLimitRedisStore = require('@fastify/rate-limit/store/RedisStore')

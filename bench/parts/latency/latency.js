@@ -22,7 +22,8 @@ import { Agent, request as httpRequest } from 'node:http'
 import { FORM, tokenBody } from '../../shared/apps.js'
 import { forkFaultProxy } from '../../shared/fault-proxy.js'
 import { startServer } from '../../shared/http-rounds.js'
-import { byMode, fmt, log, parseOptions, redisServerVersion, sparePort, startRedisServer, summary, table, writeResult } from '../../shared/common.js'
+import { byMode, fmt, log, parseOptions, summary, table, writeResult } from '../../shared/common.js'
+import { redisServerVersion, startAlone } from '../../shared/redis-servers.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
@@ -110,8 +111,8 @@ if (redisServer === null) {
   log('latency: skipped: redis-server is not installed')
   writeResult(options, 'latency', { skipped: 'redis-server is not installed' })
 } else {
-  const redisPort = await sparePort()
-  const redis = await startRedisServer(redisPort)
+  const redis = await startAlone()
+  const redisPort = redis.port
   const proxy = await forkFaultProxy({ target: { port: redisPort } })
   const servers = {}
   try {
@@ -146,6 +147,6 @@ if (redisServer === null) {
     agent.destroy()
     await Promise.all(Object.values(servers).map(server => server.close()))
     await proxy.close()
-    redis.kill('SIGKILL')
+    await redis.kill()
   }
 }

@@ -16,7 +16,7 @@ import formbody from '@fastify/formbody'
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 import { FORM, tokenBody } from '../../shared/apps.js'
-import { redisServerVersion, sparePort, startRedisServer } from '../../shared/common.js'
+import { redisServerVersion, startAlone } from '../../shared/redis-servers.js'
 
 const RATE = 10
 const IN_FLIGHT = 8
@@ -32,20 +32,9 @@ function mostInWindow (times, windowMs) {
 }
 
 async function measureSchedule ({ stopMs, everyMs }, seconds) {
-  const port = await sparePort()
-  const server = await startRedisServer(port)
-  // A stopped server must not outlive the bench, whatever ends it.
-  const release = () => {
-    server.kill('SIGCONT')
-    server.kill('SIGKILL')
-  }
-  const onSignal = signal => {
-    release()
-    process.kill(process.pid, signal)
-  }
-  process.once('exit', release)
-  process.once('SIGINT', onSignal)
-  process.once('SIGTERM', onSignal)
+  // Under a watchdog: a stopped server does not outlive the bench, whatever ends it.
+  const server = await startAlone()
+  const { port } = server
   const client = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1 })
   const app = Fastify()
   try {
@@ -70,10 +59,10 @@ async function measureSchedule ({ stopMs, everyMs }, seconds) {
       while (!stop.signal.aborted) {
         await sleep(everyMs - stopMs)
         if (stop.signal.aborted) break
-        server.kill('SIGSTOP')
+        server.pause()
         stalls++
         await sleep(stopMs)
-        server.kill('SIGCONT')
+        server.resume()
       }
     }
     // Settled as they end, so that a loop that fails early is not an unhandled rejection.
@@ -94,12 +83,9 @@ async function measureSchedule ({ stopMs, everyMs }, seconds) {
       oneSecondBound: 2 * RATE
     }
   } finally {
-    process.off('exit', release)
-    process.off('SIGINT', onSignal)
-    process.off('SIGTERM', onSignal)
-    release()
     await app.close()
     client.disconnect()
+    await server.kill()
   }
 }
 

@@ -32,7 +32,8 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Redis from 'ioredis'
 import { CLIENTS, STREAMS, drive, pacesOf } from './soak-traffic.js'
-import { BENCH_DIR, byMode, fmt, log, median, parseOptions, redisServerVersion, sparePort, startRedisServer, table, writeResult } from '../../shared/common.js'
+import { BENCH_DIR, byMode, fmt, log, median, parseOptions, table, writeResult } from '../../shared/common.js'
+import { redisServerVersion, startAlone } from '../../shared/redis-servers.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
@@ -141,10 +142,10 @@ async function outages (server, startMs, untilMs, record) {
     const at = startMs + ((k + 0.5) * outageEverySeconds + sampleSeconds / 2) * 1000
     if (at + outageSeconds * 1000 > untilMs) return
     await sleep(at - performance.now())
-    server.kill('SIGSTOP')
+    server.pause()
     record.push({ atS: (performance.now() - startMs) / 1000, seconds: outageSeconds })
     await sleep(outageSeconds * 1000)
-    server.kill('SIGCONT')
+    server.resume()
   }
 }
 
@@ -255,19 +256,12 @@ function printChecks (store, checks) {
 
 async function main () {
   const redisServer = redisServerVersion()
-  let server = null
-  let redisPort = null
-  const release = () => {
-    server?.kill('SIGCONT')
-    server?.kill('SIGKILL')
-  }
-  process.once('exit', release)
+  let server = null // under a watchdog: a stopped server does not outlive the bench, whatever ends it
   if (redisServer !== null) {
-    redisPort = await sparePort()
-    server = await startRedisServer(redisPort)
+    server = await startAlone()
   } else log('soak: redis-server is not installed: the Redis replicas are left out')
   const soaks = [await startStore('memory')]
-  if (server !== null) soaks.push(await startStore('redis', redisPort))
+  if (server !== null) soaks.push(await startStore('redis', server.port))
   log(`soak: ${settings.seconds} s of ${total(STREAMS.map(s => s.perSecond))} requests/s per store, two replicas each (${soaks.map(s => s.store).join(', ')}), a sample every ${settings.sampleSeconds} s`)
   try {
     const { stalls, skipped, ends } = await soakAll(soaks, server)
@@ -295,7 +289,7 @@ async function main () {
       soak.checkClient?.disconnect()
       await Promise.all(soak.replicas.map(r => r.exit()))
     }
-    release()
+    await server?.kill()
   }
 }
 

@@ -21,7 +21,8 @@ import { once } from 'node:events'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { STREAMS, drive } from '../soak/soak-traffic.js'
-import { BENCH_DIR, byMode, fmt, log, parseOptions, redisServerVersion, sparePort, startRedisServer, table, writeResult } from '../../shared/common.js'
+import { BENCH_DIR, byMode, fmt, log, parseOptions, table, writeResult } from '../../shared/common.js'
+import { redisServerVersion, startAlone } from '../../shared/redis-servers.js'
 
 const options = parseOptions()
 const settings = byMode(options, {
@@ -131,12 +132,11 @@ async function main () {
     writeResult(options, 'timeouts', { skipped: 'redis-server is not installed', target: { met: false } })
     return
   }
-  const port = await sparePort()
-  const server = await startRedisServer(port)
+  const server = await startAlone()
+  const { port } = server
   let burners = []
   const release = () => {
     for (const burner of burners) burner.kill('SIGKILL')
-    server.kill('SIGKILL')
   }
   process.once('exit', release)
   const replicas = await Promise.all([0, 1].map(() => startReplica(port)))
@@ -168,6 +168,7 @@ async function main () {
   } finally {
     await Promise.all(replicas.map(r => r.exit()))
     release()
+    await server.kill()
   }
 }
 
