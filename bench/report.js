@@ -9,9 +9,12 @@ import { failoverSection, failoverSummaryRow } from './parts/failover/report.js'
 import { soakSection, soakSummaryRow, soakSvg } from './parts/soak/report.js'
 import { capacitySection, capacitySummaryRows } from './parts/capacity/report.js'
 import { latencySection, latencySummaryRow } from './parts/latency/report.js'
-import { faultsSection, faultsSummaryRow, timeoutsSection, timeoutsSummaryRow } from './parts/faults/report.js'
-import { floodGatewaySection, gatewaySection, gatewaySummaryRow } from './parts/gateway/report.js'
+import { timeoutsSection, timeoutsSummaryRow } from './parts/timeouts/report.js'
+import { faultsSection, faultsSummaryRow } from './parts/faults/report.js'
+import { floodGatewaySection } from './parts/flood/report.js'
+import { gatewaySection, gatewaySummaryRow } from './parts/gateway/report.js'
 import { wrapProse } from './shared/wrap-prose.js'
+import { mdTable } from './shared/md-table.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
@@ -19,12 +22,6 @@ const spread = (s, digits = 2, how = 'iqr') => how === 'iqr'
   ? `${x(s.median, digits)} (${f(s.p25, digits)}-${f(s.p75, digits)})`
   : `${x(s.median, digits)} (${f(s.min, digits)}-${f(s.max, digits)})`
 const verdict = met => met ? 'met' : '**missed**'
-
-function mdTable (header, rows, align) {
-  const line = cells => `| ${cells.join(' | ')} |`
-  const rule = header.map((_, i) => (align?.[i] ?? (i === 0 ? 'l' : 'r')) === 'l' ? ':--' : '--:')
-  return [line(header), line(rule), ...rows.map(line)].join('\n')
-}
 
 function readResults (dir) {
   const results = {}

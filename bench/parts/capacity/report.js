@@ -2,13 +2,9 @@
 // benchmarks.md.
 
 import { fmt as f } from '../../shared/common.js'
+import { mdTable } from '../../shared/md-table.js'
 
 const count = value => Math.round(value).toLocaleString('en-US')
-
-function mdTable (header, rows) {
-  const line = cells => `| ${cells.join(' | ')} |`
-  return [line(header), line(header.map((_, i) => i === 0 ? ':--' : '--:')), ...rows.map(line)].join('\n')
-}
 
 const find = (capacity, name) => capacity.results.find(r => r.name === name)
 

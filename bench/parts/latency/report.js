@@ -1,11 +1,7 @@
 // Part 14 (latency): its section of docs/benchmarks.md and its line in the summary (bench/report.js).
 
 import { fmt as f } from '../../shared/common.js'
-
-function mdTable (header, rows) {
-  const line = cells => `| ${cells.join(' | ')} |`
-  return [line(header), line(header.map((_, i) => i === 0 ? ':--' : '--:')), ...rows.map(line)].join('\n')
-}
+import { mdTable } from '../../shared/md-table.js'
 
 const ms = value => `${f(value, 3)} ms`
 const ratio = s => s === null ? '' : `${f(s.median, 2)}x (${f(s.min, 2)}-${f(s.max, 2)})`

@@ -2,6 +2,7 @@
 // and soak.svg, a plot of each sample's rows held, heap, RSS and event-loop delay per replica.
 
 import { fmt as f } from '../../shared/common.js'
+import { mdTable } from '../../shared/md-table.js'
 
 const STORES = { memory: 'in-process', redis: 'RedisStore' }
 const COLORS = { memory: ['#1f6fb2', '#7fb2e0'], redis: ['#e07b00', '#f2b766'] }
@@ -56,11 +57,6 @@ function sampleTable (store, s) {
   })
   const header = ['at', 'rows: budget / client / source, replica 1 · 2', 'heap MB', 'RSS MB', 'event-loop delay p99 ms', 'client pace: granted / refunded so far', ...(store === 'redis' ? ['Redis keys', 'Redis used_memory MB'] : [])]
   return mdTable(header, rows)
-}
-
-function mdTable (header, rows) {
-  const line = cells => `| ${cells.join(' | ')} |`
-  return [line(header), line(header.map((_, i) => i === 0 ? ':--' : '--:')), ...rows.map(line)].join('\n')
 }
 
 function checksTable (s) {
