@@ -4,14 +4,17 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { BENCH_DIR, PARTS, fmt as f } from './common.js'
-import { failoverSection, failoverSummaryRow } from './report-failover.js'
-import { soakSection, soakSummaryRow, soakSvg } from './soak-report.js'
-import { capacitySection, capacitySummaryRows } from './capacity-report.js'
-import { latencySection, latencySummaryRow } from './report-latency.js'
-import { faultsSection, faultsSummaryRow, timeoutsSection, timeoutsSummaryRow } from './report-faults.js'
-import { floodGatewaySection, gatewaySection, gatewaySummaryRow } from './report-gateway.js'
-import { wrapProse } from './wrap-prose.js'
+import { BENCH_DIR, PARTS, fmt as f } from './shared/common.js'
+import { failoverSection, failoverSummaryRow } from './parts/failover/report.js'
+import { soakSection, soakSummaryRow, soakSvg } from './parts/soak/report.js'
+import { capacitySection, capacitySummaryRows } from './parts/capacity/report.js'
+import { latencySection, latencySummaryRow } from './parts/latency/report.js'
+import { timeoutsSection, timeoutsSummaryRow } from './parts/timeouts/report.js'
+import { faultsSection, faultsSummaryRow } from './parts/faults/report.js'
+import { floodGatewaySection } from './parts/flood/report.js'
+import { gatewaySection, gatewaySummaryRow } from './parts/gateway/report.js'
+import { wrapProse } from './shared/wrap-prose.js'
+import { mdTable } from './shared/md-table.js'
 
 const x = (value, digits = 2) => `${f(value, digits)}x`
 /** `0.52x (0.48-0.55)` from a summary, with the quartiles or the extremes as the spread. */
@@ -19,12 +22,6 @@ const spread = (s, digits = 2, how = 'iqr') => how === 'iqr'
   ? `${x(s.median, digits)} (${f(s.p25, digits)}-${f(s.p75, digits)})`
   : `${x(s.median, digits)} (${f(s.min, digits)}-${f(s.max, digits)})`
 const verdict = met => met ? 'met' : '**missed**'
-
-function mdTable (header, rows, align) {
-  const line = cells => `| ${cells.join(' | ')} |`
-  const rule = header.map((_, i) => (align?.[i] ?? (i === 0 ? 'l' : 'r')) === 'l' ? ':--' : '--:')
-  return [line(header), line(rule), ...rows.map(line)].join('\n')
-}
 
 function readResults (dir) {
   const results = {}
@@ -378,7 +375,7 @@ function instructionsSection (instructions) {
     return out.join('\n')
   }
   const requests = instructions.results[0].requests.toLocaleString('en-US')
-  out.push(`The servers of part 3 under valgrind's callgrind (${instructions.valgrind}), which counts the instructions a process executes in user space, one server at a time: each answered ${instructions.warmup.toLocaleString('en-US')} requests twice to warm up, then the counters were zeroed and ${requests} more counted (bench/callgrind.js). The count depends far less than CPU time on what else the machine runs, so it judges a step of a few percent that the CPU-time rounds of part 3 cannot; but it is not fixed: what the JIT compiles, inlines and collects moves it by about 1% between runs of one build, and the same server has counted up to a few percent apart in separate runs. A major GC (about once in 289,000 requests) adds thousands of instructions per request to the window it falls in, so a count whose window held one is made again in a fresh server, its window starting after a major GC ("servers counted"; the last count is kept). It leaves out the kernel (the socket reads and writes), a good share of a request's CPU time, so its ratios are larger than those of part 3. How the method came to be, and the counts of earlier runs: [benchmark-history.md](benchmark-history.md).`, '')
+  out.push(`The servers of part 3 under valgrind's callgrind (${instructions.valgrind}), which counts the instructions a process executes in user space, one server at a time: each answered ${instructions.warmup.toLocaleString('en-US')} requests twice to warm up, then the counters were zeroed and ${requests} more counted (bench/shared/callgrind.js). The count depends far less than CPU time on what else the machine runs, so it judges a step of a few percent that the CPU-time rounds of part 3 cannot; but it is not fixed: what the JIT compiles, inlines and collects moves it by about 1% between runs of one build, and the same server has counted up to a few percent apart in separate runs. A major GC (about once in 289,000 requests) adds thousands of instructions per request to the window it falls in, so a count whose window held one is made again in a fresh server, its window starting after a major GC ("servers counted"; the last count is kept). It leaves out the kernel (the socket reads and writes), a good share of a request's CPU time, so its ratios are larger than those of part 3. How the method came to be, and the counts of earlier runs: [benchmark-history.md](benchmark-history.md).`, '')
   out.push('**Accepted exchanges** (`POST /token`, the right secret, 200):', '')
   out.push(instructionsTable(instructions.results))
   out.push('', ...floorReading(instructions), '')
@@ -475,7 +472,7 @@ function floodSection (flood) {
   return out.join('\n')
 }
 
-/** Part 5's made-up ids from many sources (bench/made-up-ids.js). */
+/** Part 5's made-up ids from many sources (bench/parts/flood/made-up-ids.js). */
 function madeUpSection (madeUp) {
   const { sources, idsPerSource } = madeUp.settings
   const out = ['### Made-up ids from many sources', '',
@@ -532,7 +529,7 @@ function guessingSection (guessing) {
   return out.join('\n')
 }
 
-/** The same attack through a gateway in front of oidc-provider (bench/guessing-gateway.js). */
+/** The same attack through a gateway in front of oidc-provider (bench/parts/guessing/guessing-gateway.js). */
 function guessingThroughGateway (guessing, scenarios, span) {
   const out = ['### Through a gateway in front of oidc-provider', '']
   const { skipped, configurations } = guessing.throughGateway

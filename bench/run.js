@@ -29,10 +29,17 @@
 // each timeoutMs would begin), faults (random fault schedules between two replicas and Redis, each
 // seed's invariants checked), gateway (what examples/gateway.js adds in latency over
 // @fastify/reply-from alone).
+//
+// Layout: bench/parts/<part>/ holds a part: <part>.js (what this file starts), its helpers, and
+// report.js, its section of the report, when it has one of its own (bench/report.js writes the
+// others' and puts them together). bench/shared/ holds what several parts use (options and results
+// in common.js; the token apps; HTTP rounds; callgrind; the simulated clock; the fault proxy; the
+// Redis servers, which the tests start through it too). bench/tools/ holds scripts run by hand,
+// not parts. bench/results/ holds the latest full run's JSON.
 
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
-import { BENCH_DIR, PARTS, commandOf, log, optionArgs, parseOptions } from './common.js'
+import { BENCH_DIR, PARTS, commandOf, log, optionArgs, parseOptions } from './shared/common.js'
 import { writeReport } from './report.js'
 
 const argv = process.argv.slice(2)
@@ -50,7 +57,7 @@ const FLAGS = { bucket: ['--expose-gc'], memory: ['--expose-gc'], http: [], fide
 
 function runPart (part) {
   return new Promise(resolve => {
-    const child = spawn(process.execPath, [...FLAGS[part], join(BENCH_DIR, `${part}.js`), ...optionArgs(options)], { stdio: 'inherit' })
+    const child = spawn(process.execPath, [...FLAGS[part], join(BENCH_DIR, 'parts', part, `${part}.js`), ...optionArgs(options)], { stdio: 'inherit' })
     child.on('exit', (code, signal) => resolve(code === 0 ? null : `${part} failed (${signal ?? `exit ${code}`})`))
   })
 }

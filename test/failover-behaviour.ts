@@ -6,9 +6,9 @@ import type { RedisPace } from '../lib/redis/pace.js'
 import { uniquePrefix } from './helpers/redis.js'
 import type { TapTest } from './shared-behaviour.js'
 // The bench's own (plain JavaScript): part 9 runs the same scenarios, with the figures it reports.
-import { admin, promoted } from '../bench/cluster.js'
-import { runFailovers } from '../bench/failover-run.js'
-import { failoverFigures } from '../bench/failover-figures.js'
+import { admin, promoted } from '../bench/shared/redis-servers.js'
+import { runFailovers } from '../bench/parts/failover/failover-run.js'
+import { failoverFigures } from '../bench/parts/failover/failover-figures.js'
 
 /**
  * A Redis Cluster's redirections through a RedisStore on each ioredis major the peer range names,
@@ -24,7 +24,7 @@ export interface Major {
   readonly Cluster: new (...args: any[]) => Cluster
 }
 
-/** bench/cluster.js's replicated cluster, as these tests use it. */
+/** bench/shared/redis-servers.js's replicated cluster, as these tests use it. */
 export interface ReplicatedCluster {
   readonly masters: ReadonlyArray<{ readonly port: number }>
   client: (options: object, clientClass: Major['Cluster']) => Cluster

@@ -3,10 +3,10 @@ import { once } from 'node:events'
 import { connect, createServer, type Server, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 // The bench's own: plain JavaScript, as tap runs tests without type-checking them.
-import { forkFaultProxy, startFaultProxy } from '../bench/fault-proxy.js'
+import { forkFaultProxy, startFaultProxy } from '../bench/shared/fault-proxy.js'
 
 // The fault-injecting proxy the random fault schedules and the latency part use: each kind of
-// fault does to the bytes and the connections what bench/fault-proxy.js says, on a plain TCP echo
+// fault does to the bytes and the connections what bench/shared/fault-proxy.js says, on a plain TCP echo
 // server (no Redis needed).
 
 interface Target {

@@ -3,7 +3,7 @@ import { Cluster } from 'ioredis'
 import { Cluster as Cluster6 } from 'ioredis6'
 import { failoverScenarios, redirectionChecks, type Major, type ReplicatedCluster } from './failover-behaviour.js'
 import { installedOrSkip } from './helpers/cluster.js'
-import { startReplicatedCluster } from '../bench/cluster.js'
+import { startReplicatedCluster } from '../bench/shared/redis-servers.js'
 
 // A Redis Cluster's redirections and switches under each ioredis major the peer range names (5,
 // this package's ioredis, and 6 as the devDependency ioredis6), on one cluster of three masters

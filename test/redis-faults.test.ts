@@ -1,12 +1,12 @@
 import t from 'tap'
 import { exchangePace, RedisStore } from '../lib/index.js'
 // The bench's own: plain JavaScript, as tap runs tests without type-checking them.
-import { faultSchedule, runFaultSchedule } from '../bench/fault-schedule.js'
+import { faultSchedule, runFaultSchedule } from '../bench/parts/faults/fault-schedule.js'
 import { redisOrSkip } from './helpers/redis.js'
 
 // Faults at random between two app replicas and Redis (issue 37, item 6): a seeded schedule of the
 // fault proxy's kinds (latency, a stall, a reset, a half-open connection, a slow close), under
-// traffic, then the invariants bench/fault-schedule.js lists. A few seeds here, in seconds; the
+// traffic, then the invariants bench/parts/faults/fault-schedule.js lists. A few seeds here, in seconds; the
 // bench's faults part runs many. A failing seed is named with the command that replays it:
 // FAULT_SEEDS=<seed> node_modules/.bin/tap --disable-coverage test/redis-faults.test.ts
 // The store's timeoutMs is its default; retryMs is 500 to keep the runs short.

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { Redis } from 'ioredis'
 import { Pace, RedisStore } from '../lib/index.js'
-import { startFaultProxy } from '../bench/fault-proxy.js'
+import { startFaultProxy } from '../bench/shared/fault-proxy.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
 
 // ioredis has one auto-pipelined batch in flight per connection and holds the next until its

@@ -2,13 +2,12 @@ import t from 'tap'
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import formbody from '@fastify/formbody'
 import { spawnSync } from 'node:child_process'
-import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import exchangePace, { RedisStore } from '../lib/index.js'
 import { redisOrSkip, underCI, uniquePrefix } from './helpers/redis.js'
 // The bench's own: plain JavaScript, as tap runs tests without type-checking them.
-import { sparePort, startRedisServer } from '../bench/common.js'
+import { startAlone } from '../bench/shared/redis-servers.js'
 
 // The plugin on a RedisStore, over a real Redis: replicas share one pace, strangers leave nothing
 // in Redis, and a Redis that stops and comes back is survived without a single 5xx.
@@ -86,9 +85,9 @@ if (client !== null) {
   const redisServer = spawnSync('redis-server', ['--version']).status === 0
   if (!redisServer && underCI()) throw new Error('CI needs redis-server installed for the outage tests (.ci/run installs it)')
   t.test('Redis stopped mid-run: requests flow on the per-replica fallback, one warning, and Redis is picked up again', { skip: redisServer ? false : 'redis-server is not installed' }, async t => {
-    const port = await sparePort()
-    let server = await startRedisServer(port)
-    t.teardown(() => { server.kill('SIGKILL') })
+    let server = await startAlone()
+    const { port } = server
+    t.teardown(() => server.kill())
     const own = new Redis({ port, host: '127.0.0.1', enableAutoPipelining: true, maxRetriesPerRequest: 1, retryStrategy: () => 20 })
     own.on('error', expectedWhileStopped)
     t.teardown(() => own.disconnect())
@@ -100,8 +99,7 @@ if (client !== null) {
     t.equal((await exchange(app, 'reporting')).statusCode, 200)
     t.equal(await own.exists('exchangepace:/token:reporting'), 1, 'the unit was taken in Redis')
 
-    server.kill('SIGKILL')
-    await once(server, 'exit')
+    await server.kill()
     const during = []
     for (let i = 0; i < 8; i++) during.push((await exchange(app, i % 2 === 0 ? 'reporting' : 'stranger', i % 2 === 0 ? SECRET : 'guess')).statusCode)
     t.same(during.filter(code => code >= 500), [], 'no request failed because of the store')
@@ -112,7 +110,7 @@ if (client !== null) {
     t.equal(warnings.length, 1, 'one warning for the whole outage')
     t.match(warnings[0].msg, /Redis store unavailable .*pacing per replica in memory/)
 
-    server = await startRedisServer(port)
+    server = await startAlone({ port })
     for (let i = 0; i < 250 && own.status !== 'ready'; i++) await sleep(20)
     t.equal(own.status, 'ready', 'the client is connected again')
     await sleep(60)
@@ -123,9 +121,9 @@ if (client !== null) {
   })
 
   t.test('a unit granted by the fallback is refunded in memory, never in Redis', { skip: redisServer ? false : 'redis-server is not installed' }, async t => {
-    const port = await sparePort()
-    let server = await startRedisServer(port)
-    t.teardown(() => { server.kill('SIGKILL') })
+    let server = await startAlone()
+    const { port } = server
+    t.teardown(() => server.kill())
     const own = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1, retryStrategy: () => 20 })
     own.on('error', expectedWhileStopped)
     t.teardown(() => own.disconnect())
@@ -135,13 +133,12 @@ if (client !== null) {
     const local = app.pace.get('/token')!
     const shared = store.pace('/token', { limit: 5, window: 1 }, local, app.log)
 
-    server.kill('SIGKILL')
-    await once(server, 'exit')
+    await server.kill()
     const held = await shared.reserve('held')
     t.ok(held.granted)
     t.equal(local.size, 1)
 
-    server = await startRedisServer(port)
+    server = await startAlone({ port })
     for (let i = 0; i < 250 && own.status !== 'ready'; i++) await sleep(20)
     t.equal(own.status, 'ready', 'the client is connected again')
     held.refund()

@@ -1,9 +1,9 @@
 import t from 'tap'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { wrapProse } from '../bench/wrap-prose.js'
+import { wrapProse } from '../bench/shared/wrap-prose.js'
 
-/** The benchmark report's prose, wrapped (bench/wrap-prose.js): the same document, narrower. */
+/** The benchmark report's prose, wrapped (bench/shared/wrap-prose.js): the same document, narrower. */
 
 t.test('a paragraph and a list item wrap at spaces, a list item\'s text continued under it', async t => {
   const paragraph = 'one two three four five six seven eight nine ten'

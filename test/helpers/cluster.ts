@@ -1,26 +1,21 @@
 import t from 'tap'
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { once } from 'node:events'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
-import { Cluster, Redis, type ClusterOptions } from 'ioredis'
-import { answering, spareClusterPort, WATCHDOG } from '../../bench/cluster.js'
+import { Cluster, type ClusterOptions } from 'ioredis'
+import { admin, formCluster, scratch, startServer as startBenchServer } from '../../bench/shared/redis-servers.js'
 import { underCI } from './redis.js'
 
 /**
- * Servers the tests start themselves, on loopback ports free at run time, with their files in a
- * temporary directory: a three-master Redis Cluster, or one server alone. Each server runs under a
- * small shell that kills it when the test process's end of a pipe closes, so that no server
- * outlives the test run however it ends (a failed assertion, an exception, a kill); the teardown
- * also kills them at once and waits for them to exit.
+ * Servers the tests start themselves, through bench/shared/redis-servers.js (which the benchmark
+ * starts its servers with too), with their files in a temporary directory: a three-master Redis
+ * Cluster, or one server alone. Each server dies with the test process however it ends (a failed
+ * assertion, an exception, a kill); the teardown also kills them at once and waits for them to exit.
  */
 
 /** The server binaries the tests know: Redis's and Valkey's (which takes the same options). */
 export type ServerBinary = 'redis-server' | 'valkey-server'
 
-/** One server the test started: its port and pid, a way to freeze and thaw it, and its end. */
+/** One server the test started (a `Server` of bench/shared/redis-servers.js): its port and pid, a way to freeze and thaw it, and its end. */
 export interface Server {
   readonly port: number
   readonly pid: number
@@ -41,55 +36,23 @@ export function installedOrSkip (binary: ServerBinary | 'curl', why: string): bo
   return false
 }
 
-/**
- * Starts `binary` on a free port with `args` (after the port, loopback and no persistence), and
- * registers its kill with `t`'s teardown. Tries other ports when the chosen one was taken first.
- */
+/** Starts `binary` on a free port with `args` (bench/shared/redis-servers.js), and has `t`'s teardown kill it. */
 async function startServer (tt: typeof t, binary: ServerBinary, dir: string, args: (port: number) => string[]): Promise<Server> {
-  for (let attempt = 0; ; attempt++) {
-    const port = await spareClusterPort()
-    const options = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-      '--dir', dir, '--logfile', join(dir, `${port}.log`), ...args(port)]
-    const shell: ChildProcess = spawn('sh', ['-c', WATCHDOG, binary, ...options], { stdio: ['pipe', 'pipe', 'ignore'] })
-    const exited = once(shell, 'exit')
-    const [line] = await once(shell.stdout!, 'data') as [Buffer]
-    const pid = Number.parseInt(line.toString(), 10)
-    let killed: Promise<void> | null = null
-    const server: Server = {
-      port,
-      pid,
-      pause: () => { process.kill(pid, 'SIGSTOP') },
-      resume: () => { process.kill(pid, 'SIGCONT') },
-      kill: () => {
-        killed ??= (async () => {
-          shell.stdin!.end()
-          try { process.kill(pid, 'SIGKILL') } catch {} // already gone
-          await exited
-        })()
-        return killed
-      }
-    }
-    tt.teardown(server.kill)
-    try {
-      await answering(port, exited)
-      return server
-    } catch (err) {
-      await server.kill()
-      if (attempt === 4) throw err
-    }
-  }
+  const server: Server = await startBenchServer(dir, args, { binary })
+  tt.teardown(server.kill)
+  return server
 }
 
 /** A temporary directory for the servers' files, removed when `t` ends. */
-function scratch (tt: typeof t): string {
-  const dir = mkdtempSync(join(tmpdir(), 'exchangepace-servers-'))
-  tt.teardown(() => rmSync(dir, { recursive: true, force: true }))
+function scratchFor (tt: typeof t): string {
+  const { dir, remove } = scratch()
+  tt.teardown(remove)
   return dir
 }
 
 /** One server of `binary` alone, started for `t` and killed when it ends. */
 export async function startAlone (tt: typeof t, binary: ServerBinary): Promise<Server> {
-  return await startServer(tt, binary, scratch(tt), () => [])
+  return await startServer(tt, binary, scratchFor(tt), () => [])
 }
 
 /** A cluster of three masters (no replicas), each holding a third of the slots. */
@@ -110,23 +73,14 @@ export interface TestCluster {
  * package's ioredis 5; the tests also run ioredis 6, as the devDependency ioredis6).
  */
 export async function startCluster (tt: typeof t, binary: ServerBinary, ClientClass: typeof Cluster = Cluster): Promise<TestCluster> {
-  const dir = scratch(tt)
+  const dir = scratchFor(tt)
   const masters = await Promise.all([0, 1, 2].map(() => startServer(tt, binary, dir, port =>
     ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`)])))
-  const admins = masters.map(({ port }) => new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1 }))
+  const admins = masters.map(({ port }) => admin(port))
   try {
-    await Promise.all(admins.map((admin, i) => admin.call('CLUSTER', 'ADDSLOTSRANGE', String(Math.floor(16384 * i / 3)), String(Math.floor(16384 * (i + 1) / 3) - 1))))
-    await Promise.all(masters.slice(1).map(({ port }) => admins[0].call('CLUSTER', 'MEET', '127.0.0.1', String(port))))
-    const agreed = async (admin: Redis): Promise<boolean> => {
-      const info = await admin.call('CLUSTER', 'INFO') as string
-      return /cluster_state:ok/.test(info) && /cluster_known_nodes:3\b/.test(info) && /cluster_slots_assigned:16384\b/.test(info)
-    }
-    for (let waited = 0; !(await Promise.all(admins.map(agreed))).every(Boolean); waited += 50) {
-      if (waited > 20000) throw new Error('the cluster did not agree within 20 s')
-      await sleep(50)
-    }
+    await formCluster(admins)
   } finally {
-    for (const admin of admins) admin.disconnect()
+    for (const client of admins) client.disconnect()
   }
   const byPort = new Map(masters.map(master => [master.port, master]))
   const clients: Cluster[] = []

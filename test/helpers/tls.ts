@@ -1,20 +1,20 @@
 import t from 'tap'
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
-import { spareClusterPort, WATCHDOG } from '../../bench/cluster.js'
+import { formCluster, spareClusterPort, startServer, tlsArgs } from '../../bench/shared/redis-servers.js'
 import type { Server, ServerBinary } from './cluster.js'
 import { underCI } from './redis.js'
 
 /**
  * Redis servers that speak only TLS (`--port 0 --tls-port P`), with certificates made for the
  * test by openssl in a temporary directory: a CA, and a server certificate it signed for
- * 127.0.0.1 and localhost. Each server runs under the watchdog of test/helpers/cluster.ts, and is
- * killed when the test ends.
+ * 127.0.0.1 and localhost. Each server is started by bench/shared/redis-servers.js, as the others
+ * (test/helpers/cluster.ts), and is killed when the test ends.
  */
 
 /** The files of a test's certificates, and the CA's certificate as clients take it. */
@@ -91,66 +91,11 @@ async function tlsRefused (binary: ServerBinary, certs: Certificates): Promise<s
   }
 }
 
-/** The TLS arguments of a server with `certs`: no plain port, clients not asked for certificates. */
-function tlsArgs (certs: Certificates, port: number): string[] {
-  return ['--port', '0', '--tls-port', String(port), '--tls-cert-file', certs.certFile, '--tls-key-file', certs.keyFile,
-    '--tls-ca-cert-file', certs.caFile, '--tls-auth-clients', 'no']
-}
-
 /** Starts `binary` on a free TLS port with `args` after the TLS ones, killed when `tt` ends. */
 export async function startTlsServer (tt: typeof t, binary: ServerBinary, certs: Certificates, args: (port: number) => string[] = () => []): Promise<Server> {
-  for (let attempt = 0; ; attempt++) {
-    const port = await spareClusterPort()
-    const options = [...tlsArgs(certs, port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', certs.dir,
-      '--logfile', join(certs.dir, `${port}.log`), ...args(port)]
-    const shell: ChildProcess = spawn('sh', ['-c', WATCHDOG, binary, ...options], { stdio: ['pipe', 'pipe', 'ignore'] })
-    const exited = once(shell, 'exit')
-    const [line] = await once(shell.stdout!, 'data') as [Buffer]
-    const pid = Number.parseInt(line.toString(), 10)
-    let killed: Promise<void> | null = null
-    const server: Server = {
-      port,
-      pid,
-      pause: () => { process.kill(pid, 'SIGSTOP') },
-      resume: () => { process.kill(pid, 'SIGCONT') },
-      kill: () => {
-        killed ??= (async () => {
-          shell.stdin!.end()
-          try { process.kill(pid, 'SIGKILL') } catch {} // already gone
-          await exited
-        })()
-        return killed
-      }
-    }
-    tt.teardown(server.kill)
-    try {
-      await answering(certs, port, exited)
-      return server
-    } catch (err) {
-      await server.kill()
-      if (attempt === 4) throw err
-    }
-  }
-}
-
-/** Resolves once the TLS server on `port` answers a PING, or rejects when it exits or 10 s pass. */
-async function answering (certs: Certificates, port: number, exited: Promise<unknown>): Promise<void> {
-  const server = { gone: false } // an object: the loop's condition changes from the callbacks
-  exited.then(() => { server.gone = true }, () => { server.gone = true })
-  for (let waited = 0; waited < 10_000 && !server.gone; waited += 20) {
-    const probe = new Redis({ ...tlsOptions(certs), port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 500 })
-    probe.on('error', () => {})
-    try {
-      await probe.connect()
-      await probe.ping()
-      return
-    } catch {
-      await sleep(20)
-    } finally {
-      probe.disconnect()
-    }
-  }
-  throw new Error(`the TLS server on port ${port} ${server.gone ? 'exited' : 'did not answer within 10 s'}`)
+  const server: Server = await startServer(certs.dir, args, { binary, tls: certs })
+  tt.teardown(server.kill)
+  return server
 }
 
 /** A TLS cluster of three masters, each with a third of the slots, and a way to make its clients. */
@@ -172,16 +117,7 @@ export async function startTlsCluster (tt: typeof t, binary: ServerBinary, certs
     return admin
   })
   const setup = admins()
-  await Promise.all(setup.map((admin, i) => admin.call('CLUSTER', 'ADDSLOTSRANGE', String(Math.floor(16384 * i / 3)), String(Math.floor(16384 * (i + 1) / 3) - 1))))
-  await Promise.all(masters.slice(1).map(({ port }) => setup[0].call('CLUSTER', 'MEET', '127.0.0.1', String(port))))
-  const agreed = async (admin: Redis): Promise<boolean> => {
-    const info = await admin.call('CLUSTER', 'INFO') as string
-    return /cluster_state:ok/.test(info) && /cluster_known_nodes:3\b/.test(info)
-  }
-  for (let waited = 0; !(await Promise.all(setup.map(agreed))).every(Boolean); waited += 50) {
-    if (waited > 20000) throw new Error('the TLS cluster did not agree within 20 s')
-    await sleep(50)
-  }
+  await formCluster(setup)
   for (const admin of setup) admin.disconnect()
   return {
     masters,
