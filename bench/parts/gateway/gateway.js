@@ -25,7 +25,7 @@ const settings = byMode(options, {
 const CONFIGS = [
   { name: 'the upstream, direct', kind: 'upstream' },
   { name: 'the proxy alone (@fastify/reply-from)', kind: 'proxy' },
-  { name: 'the gateway (the proxy and exchangepace\'s three token paces)', kind: 'gateway' }
+  { name: 'the gateway (the proxy and examples/gateway.js\'s four token paces)', kind: 'gateway' }
 ]
 
 const agent = new Agent({ keepAlive: true, maxSockets: 1 })
