@@ -1,6 +1,6 @@
 import t from 'tap'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { PaceRouteOptions } from '../lib/index.js'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { isVictim, recommendedTokenApp } from './helpers/made-up-ids.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 
 /**
@@ -13,16 +13,6 @@ import { build, form, type TapTest } from './shared-behaviour.js'
 // 20,000 requests through inject, twice over: a minute or more on a loaded machine.
 t.setTimeout(300_000)
 
-const SECRETS = new Map([['victim', 'right-secret']])
-
-/** The README's recommended token paces, with the per-source failure budget. */
-const PACES: PaceRouteOptions[] = [
-  { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
-  { limit: 100, window: 86400, key: 'source', spend: 'rejected' },
-  { perSecond: 5, key: 'client', spend: 'accepted' },
-  { perSecond: 50, key: 'source', spend: 'every' }
-]
-
 const PAIR = '/token#client+source:rejected'
 const SOURCE_FAILURES = '/token#source:rejected'
 const CLIENT = '/token#client'
@@ -33,23 +23,14 @@ const CLIENT_HOME = '198.51.100.7'
 
 interface Clock { t: number }
 
-/** A token endpoint (client_secret_post) paced by PACES, with `options` for the plugin. */
+/** The recommended token endpoint on a clock of the test's own, with `options` for the plugin. */
 async function tokenApp (t: TapTest, options: Record<string, unknown>): Promise<{ app: FastifyInstance, clock: Clock }> {
   const clock = { t: 0 }
-  const app = await build(t, { now: () => clock.t, ...options }, app => {
-    app.post('/token', { config: { pace: PACES } }, async (request: FastifyRequest, reply: FastifyReply) => {
-      const body = request.body as Record<string, string>
-      if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace.outcome = 'rejected'
-        return reply.code(401).send({ error: 'invalid_client' })
-      }
-      return { access_token: 'token', token_type: 'Bearer' }
-    })
-  })
+  const app = await recommendedTokenApp(t, { now: () => clock.t, ...options })
   return { app, clock }
 }
 
-const isClient = (id: string): boolean => SECRETS.has(id)
+const isClient = isVictim
 
 function post (app: FastifyInstance, address: string, id: string, secret: string) {
   return app.inject({ method: 'POST', url: '/token', remoteAddress: address, ...form(['client_id', id], ['client_secret', secret]) })
@@ -108,7 +89,7 @@ t.test('isClient is asked with the declared id and the request, for the paces ke
   const { app } = await tokenApp(t, {
     isClient: (id: string, request: FastifyRequest) => {
       asked.push([id, request.ip])
-      return SECRETS.has(id)
+      return isVictim(id)
     }
   })
   await post(app, GUESSER, 'victim', 'guess')

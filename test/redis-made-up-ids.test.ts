@@ -1,25 +1,16 @@
 import t from 'tap'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { RedisStore, type PaceRouteOptions } from '../lib/index.js'
+import type { FastifyInstance } from 'fastify'
+import { RedisStore } from '../lib/index.js'
 import { redisPaceName } from '../lib/redis/scripts.js'
+import { isVictim, recommendedTokenApp } from './helpers/made-up-ids.js'
 import { redisOrSkip, uniquePrefix } from './helpers/redis.js'
-import { build, form } from './shared-behaviour.js'
+import { form } from './shared-behaviour.js'
 
 // Made-up client ids on a RedisStore (`isClient`): 20,000 of them with wrong secrets from 200
 // sources leave keys in Redis in proportion to the sources, as in memory
 // (test/made-up-ids.test.ts), while a guesser naming the real client spends its own pair there.
 
 t.setTimeout(180_000)
-
-const SECRETS = new Map([['victim', 'right-secret']])
-
-/** The README's recommended token paces, with the per-source failure budget. */
-const PACES: PaceRouteOptions[] = [
-  { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
-  { limit: 100, window: 86400, key: 'source', spend: 'rejected' },
-  { perSecond: 5, key: 'client', spend: 'accepted' },
-  { perSecond: 50, key: 'source', spend: 'every' }
-]
 
 /** The n-th of 200 sources: 100 IPv4 addresses and 100 IPv6 /64s of one /48. */
 const source = (n: number): string => n < 100 ? `192.0.2.${n}` : `2001:db8:1:${(n - 100).toString(16)}::1`
@@ -41,16 +32,7 @@ if (client !== null) {
       for await (const batch of client.scanStream({ match: `${prefix}*`, count: 1000 })) keys.push(...batch as string[])
       if (keys.length > 0) await client.del(...keys)
     })
-    const app: FastifyInstance = await build(t, { store: new RedisStore({ client, prefix, timeoutMs: 1000 }), isClient: (id: string) => SECRETS.has(id) }, app => {
-      app.post('/token', { config: { pace: PACES } }, async (request: FastifyRequest, reply: FastifyReply) => {
-        const body = request.body as Record<string, string>
-        if (SECRETS.get(body.client_id) !== body.client_secret) {
-          request.pace.outcome = 'rejected'
-          return reply.code(401).send({ error: 'invalid_client' })
-        }
-        return { access_token: 'token', token_type: 'Bearer' }
-      })
-    })
+    const app: FastifyInstance = await recommendedTokenApp(t, { store: new RedisStore({ client, prefix, timeoutMs: 1000 }), isClient: isVictim })
     const post = (address: string, id: string, secret: string) => app.inject({ method: 'POST', url: '/token', remoteAddress: address, ...form(['client_id', id], ['client_secret', secret]) })
     const statuses: Record<number, number> = {}
     for (let round = 0; round < 100; round++) {

@@ -1,6 +1,38 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { PaceRouteOptions } from '../../lib/index.js'
 import { PACES } from '../../examples/endpoint-paces.js'
-import type { TapTest } from '../shared-behaviour.js'
+import { build, type TapTest } from '../shared-behaviour.js'
+
+/** The README's recommended token paces, with the per-source failure budget. */
+export const RECOMMENDED_TOKEN: PaceRouteOptions[] = [
+  { limit: 5, window: 3600, key: ['client', 'source'], spend: 'rejected' },
+  { limit: 100, window: 86400, key: 'source', spend: 'rejected' },
+  { perSecond: 5, key: 'client', spend: 'accepted' },
+  { perSecond: 50, key: 'source', spend: 'every' }
+]
+
+/** The one registered client of the made-up-ids tests, and its secret. */
+const SECRETS = new Map([['victim', 'right-secret']])
+
+/** Whether `id` names the registered client: the tests' `isClient`. */
+export const isVictim = (id: string): boolean => SECRETS.has(id)
+
+/**
+ * A token endpoint (client_secret_post) paced by RECOMMENDED_TOKEN, with `options` for the plugin:
+ * a wrong secret, or an id no client has, is a 401 whose outcome is rejected.
+ */
+export async function recommendedTokenApp (t: TapTest, options: Record<string, unknown>): Promise<FastifyInstance> {
+  return await build(t, options, app => {
+    app.post('/token', { config: { pace: RECOMMENDED_TOKEN } }, async (request: FastifyRequest, reply: FastifyReply) => {
+      const body = request.body as Record<string, string>
+      if (SECRETS.get(body.client_id) !== body.client_secret) {
+        request.pace.outcome = 'rejected'
+        return reply.code(401).send({ error: 'invalid_client' })
+      }
+      return { access_token: 'token', token_type: 'Bearer' }
+    })
+  })
+}
 
 /**
  * Made-up client ids at the token endpoint of examples/oidc-provider.js and examples/gateway.js
