@@ -2,6 +2,7 @@ import t from 'tap'
 import fc from 'fast-check'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { PaceRouteOptions } from '../lib/index.js'
+import { secretPost } from './helpers/token-endpoint.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 
 /**
@@ -12,6 +13,7 @@ import { build, form, type TapTest } from './shared-behaviour.js'
  */
 
 const SECRETS = new Map([['victim', 'right-secret'], ['other', 'other-secret']])
+const authenticate = secretPost(SECRETS)
 
 const EXCHANGES: PaceRouteOptions = { perSecond: 5, key: 'client', spend: 'accepted' }
 const FAILURES: PaceRouteOptions = { limit: 3, window: 600, key: ['client', 'source'], spend: 'rejected' }
@@ -27,12 +29,7 @@ async function tokenApp (t: TapTest, paces: PaceRouteOptions[], checked = { n: 0
   const app = await build(t, { now: () => clock.t }, app => {
     app.post('/token', { config: { pace: paces } }, async (request: FastifyRequest, reply: FastifyReply) => {
       checked.n++
-      const body = request.body as Record<string, string>
-      if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace.outcome = 'rejected'
-        return reply.code(401).send({ error: 'invalid_client' })
-      }
-      return { access_token: 'token', token_type: 'Bearer' }
+      return await authenticate(request, reply)
     })
   })
   return { app, clock, checked }
@@ -324,12 +321,7 @@ async function gatedApp (t: TapTest, paces: PaceRouteOptions[], options: Record<
       waiting.n++
       waiting.reached()
       await gate
-      const body = request.body as Record<string, string>
-      if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace.outcome = 'rejected'
-        return reply.code(401).send({ error: 'invalid_client' })
-      }
-      return { access_token: 'token', token_type: 'Bearer' }
+      return await authenticate(request, reply)
     })
   })
   /** Resolves once `n` requests wait in the handler. */

@@ -1,6 +1,7 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import { hostname } from 'node:os'
 import { secretKey, type PaceEvent, type PaceRouteOptions } from '../lib/index.js'
+import { secretPost } from './helpers/token-endpoint.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 
 /**
@@ -36,14 +37,7 @@ const HOME = '198.51.100.7'
 /** A replica's token endpoint (client_secret_post) with a failure budget and a pace of exchanges, logging to `log`. */
 export async function tokenReplica (t: TapTest, options: Record<string, unknown>, log: Array<Record<string, unknown>> = []): Promise<FastifyInstance> {
   return await build(t, options, app => {
-    app.post('/token', { config: { pace: [FAILURES, EXCHANGES] } }, async (request: FastifyRequest, reply: FastifyReply) => {
-      const body = request.body as Record<string, string>
-      if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace.outcome = 'rejected'
-        return reply.code(401).send({ error: 'invalid_client' })
-      }
-      return { access_token: 'token', token_type: 'Bearer' }
-    })
+    app.post('/token', { config: { pace: [FAILURES, EXCHANGES] } }, secretPost(SECRETS))
   }, { logger: { level: 'info', stream: { write: (line: string) => { log.push(JSON.parse(line)) } } } })
 }
 

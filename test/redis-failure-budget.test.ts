@@ -1,9 +1,10 @@
 import t from 'tap'
 import fc from 'fast-check'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import { RedisStore, type PaceRouteOptions } from '../lib/index.js'
 import { redisPaceName } from '../lib/redis/scripts.js'
 import { ClockedClient, redisOrSkip, uniquePrefix } from './helpers/redis.js'
+import { secretPost } from './helpers/token-endpoint.js'
 import { build, form, type TapTest } from './shared-behaviour.js'
 
 // Failure budgets (spend: 'rejected', a window of minutes) on a RedisStore, through Fastify: a
@@ -30,14 +31,7 @@ const failureKey = (prefix: string, source: string): string => `${prefix}${redis
 /** A token endpoint (client_secret_post) paced by `paces`, on `store`. */
 async function tokenApp (t: TapTest, paces: PaceRouteOptions[], options: Record<string, unknown>): Promise<FastifyInstance> {
   return await build(t, options, app => {
-    app.post('/token', { config: { pace: paces } }, async (request: FastifyRequest, reply: FastifyReply) => {
-      const body = request.body as Record<string, string>
-      if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace.outcome = 'rejected'
-        return reply.code(401).send({ error: 'invalid_client' })
-      }
-      return { access_token: 'token', token_type: 'Bearer' }
-    })
+    app.post('/token', { config: { pace: paces } }, secretPost(SECRETS))
   })
 }
 

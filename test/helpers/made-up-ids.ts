@@ -1,7 +1,8 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import type { PaceRouteOptions } from '../../lib/index.js'
 import { PACES } from '../../examples/endpoint-paces.js'
 import { build, type TapTest } from '../shared-behaviour.js'
+import { secretPost } from './token-endpoint.js'
 
 /** The README's recommended token paces, with the per-source failure budget. */
 export const RECOMMENDED_TOKEN: PaceRouteOptions[] = [
@@ -23,14 +24,7 @@ export const isVictim = (id: string): boolean => SECRETS.has(id)
  */
 export async function recommendedTokenApp (t: TapTest, options: Record<string, unknown>): Promise<FastifyInstance> {
   return await build(t, options, app => {
-    app.post('/token', { config: { pace: RECOMMENDED_TOKEN } }, async (request: FastifyRequest, reply: FastifyReply) => {
-      const body = request.body as Record<string, string>
-      if (SECRETS.get(body.client_id) !== body.client_secret) {
-        request.pace.outcome = 'rejected'
-        return reply.code(401).send({ error: 'invalid_client' })
-      }
-      return { access_token: 'token', token_type: 'Bearer' }
-    })
+    app.post('/token', { config: { pace: RECOMMENDED_TOKEN } }, secretPost(SECRETS))
   })
 }
 
