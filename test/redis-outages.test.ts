@@ -288,15 +288,15 @@ t.test('a redirection after the timeout is not resent: its request already went 
   t.equal(client.reserves.length, 1, 'nothing resent')
 })
 
-t.test('a Cluster client never auto-pipelines the reserve sent on its own nor the refund; its other commands are left as they were', async t => {
+t.test('a Cluster client never auto-pipelines the reserve sent on its own, the refund or the reads of the blocks; its other commands are left as they were', async t => {
   const shared = ['hgetall']
   const withOptions = Object.assign(new ScriptedCluster(), { options: { autoPipeliningIgnoredCommands: shared } })
   new RedisStore({ client: withOptions }) // eslint-disable-line no-new
-  t.same(withOptions.options.autoPipeliningIgnoredCommands, ['hgetall', 'exchangepaceReserveAlone', 'exchangepaceRefund'])
+  t.same(withOptions.options.autoPipeliningIgnoredCommands, ['hgetall', 'exchangepaceReserveAlone', 'exchangepaceRefund', 'exchangepaceBlocks', 'exchangepaceProbe'])
   t.same(shared, ['hgetall'], 'a new array: ioredis shares its default one between clients')
   const without = Object.assign(new ScriptedCluster(), { options: {} as { autoPipeliningIgnoredCommands?: string[] } })
   new RedisStore({ client: without }) // eslint-disable-line no-new
-  t.same(without.options.autoPipeliningIgnoredCommands, ['exchangepaceReserveAlone', 'exchangepaceRefund'])
+  t.same(without.options.autoPipeliningIgnoredCommands, ['exchangepaceReserveAlone', 'exchangepaceRefund', 'exchangepaceBlocks', 'exchangepaceProbe'])
 })
 
 t.test('fastify.pace.counts says how many grants and refusals were decided without Redis', async t => {

@@ -17,7 +17,7 @@
  */
 import { defaultClock, type Pace } from '../bucket/pace.js'
 import { deniedByAcl } from './outages.js'
-import type { RedisClientLike, RedisSubscriberLike } from './scripts.js'
+import { neverAutoPipelined, type RedisClientLike, type RedisSubscriberLike } from './scripts.js'
 import type { PaceLog } from '../store.js'
 
 /** How often each replica reads the blocks in force, in ms. */
@@ -124,6 +124,8 @@ export class BlockNews {
     client.defineCommand('exchangepaceAnnounce', { numberOfKeys: 1, lua: ANNOUNCE })
     client.defineCommand('exchangepaceBlocks', { numberOfKeys: 1, lua: IN_FORCE })
     client.defineCommand('exchangepaceProbe', { numberOfKeys: 1, lua: PROBE })
+    // Nothing waits for the reads of the index, which must hold no request's reservations.
+    neverAutoPipelined(client, ['exchangepaceBlocks', 'exchangepaceProbe'])
     this.#commands = client as unknown as NewsCommands
     this.#prefix = prefix
     this.#index = `${prefix}blocks`

@@ -382,6 +382,20 @@ interface PipeliningOptions {
 }
 
 /**
+ * Adds `names` to the commands `client` never auto-pipelines: its own `autoPipeliningIgnoredCommands`,
+ * a new array (ioredis shares the default one between clients); nothing else of the client changes.
+ * A command no request waits for goes there: ioredis has one auto-pipelined batch in flight per
+ * connection (per node of a Cluster) and holds the next until its answer, so such a command in a
+ * batch would hold the requests' reservations for a round trip.
+ */
+export function neverAutoPipelined (client: RedisClientLike, names: readonly string[]): void {
+  const pipelining = client as PipeliningOptions
+  if (pipelining.options !== undefined) {
+    pipelining.options.autoPipeliningIgnoredCommands = [...(pipelining.options.autoPipeliningIgnoredCommands ?? []), ...names]
+  }
+}
+
+/**
  * Defines the scripts on `client` as commands, and returns it as what calls them. The reserve is
  * defined twice, under one script (one SHA, one entry in Redis's script cache): as
  * `exchangepaceReserve`, which goes as the client's options say, and as `exchangepaceReserveAlone`,
@@ -394,18 +408,13 @@ interface PipeliningOptions {
  * connection (per node of a Cluster) and holds the next until its answer, so a refund sent in a
  * batch as a request's answer goes would hold the next request's reservations for a round trip,
  * and a request would wait for Redis twice. Sent on its own it holds nothing, and nothing waits
- * for its answer. The names go into the client's own `autoPipeliningIgnoredCommands`, a new
- * array (ioredis shares the default one between clients); nothing else of the client changes.
+ * for its answer (see `neverAutoPipelined`).
  */
 export function defineCommands (client: RedisClientLike): PaceCommands {
   client.defineCommand('exchangepaceReserve', { numberOfKeys: 1, lua: RESERVE })
   client.defineCommand('exchangepaceReserveAlone', { numberOfKeys: 1, lua: RESERVE })
   client.defineCommand('exchangepaceRefund', { numberOfKeys: 1, lua: REFUND })
-  const pipelining = client as PipeliningOptions
-  if (pipelining.options !== undefined) {
-    const alone = pipelining.isCluster === true ? ['exchangepaceReserveAlone', 'exchangepaceRefund'] : ['exchangepaceRefund']
-    pipelining.options.autoPipeliningIgnoredCommands = [...(pipelining.options.autoPipeliningIgnoredCommands ?? []), ...alone]
-  }
+  neverAutoPipelined(client, (client as PipeliningOptions).isCluster === true ? ['exchangepaceReserveAlone', 'exchangepaceRefund'] : ['exchangepaceRefund'])
   client.defineCommand('exchangepaceInspect', { numberOfKeys: 1, lua: INSPECT })
   client.defineCommand('exchangepaceReset', { numberOfKeys: 1, lua: RESET })
   client.defineCommand('exchangepaceBlock', { numberOfKeys: 1, lua: BLOCK })
