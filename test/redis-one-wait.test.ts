@@ -53,3 +53,16 @@ for (const [shape, options] of [['ioredis defaults', {}], ['enableAutoPipelining
     t.ok((await second).granted)
   })
 }
+
+for (const [shape, options] of [['ioredis defaults', {}], ['enableAutoPipelining', { enableAutoPipelining: true }]] as const) {
+  t.test(`an inspection asked right after a refund sees it (${shape})`, { skip: direct === null ? 'no Redis' : false }, async t => {
+    const client = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', options)
+    t.teardown(() => client.disconnect())
+    const store = new RedisStore({ client, prefix: uniquePrefix('refund-order') })
+    const pace = store.pace('/token#client', { limit: 5, window: 1 }, new Pace({ perSecond: 5 }), { warn () {}, info () {}, error () {}, debug () {} })
+    const reservation = await pace.reserve('reporting')
+    t.ok((await store.inspect('/token#client', 'reporting')).spentMs > 0, 'a unit spent')
+    reservation.refund()
+    t.equal((await store.inspect('/token#client', 'reporting')).spentMs, 0, 'the refund went first: the bucket is full')
+  })
+}

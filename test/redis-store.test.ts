@@ -34,9 +34,14 @@ function encoded (reply: Reply): Buffer {
   return bytes
 }
 
+/** Called as a refund reaches the client. */
+let onRefund: (() => void) | null = null
+
 class ScriptedClient implements RedisClientLike {
   readonly scripts = new Map<string, string>()
   readonly reserves: Call[] = []
+  /** Every reserve and refund, in the order they reached the client. */
+  readonly sent: string[] = []
   readonly refunds: string[] = []
   readonly refundedGrants: Array<[run: number, count: number, at: number]> = []
   /** The window in ms each refund carried: none for a one-second pace. */
@@ -52,11 +57,14 @@ class ScriptedClient implements RedisClientLike {
 
   exchangepaceReserveBuffer (key: string, perSecond: number, windowMs?: number): Promise<Buffer> {
     if (this.reserveThrows) throw new Error('Connection is closed.')
+    this.sent.push(`reserve ${key}`)
     return new Promise((resolve, reject) => { this.reserves.push({ key, perSecond, windowMs, resolve: reply => resolve(encoded(reply)), answer: raw => resolve(raw as Buffer), reject }) })
   }
 
   exchangepaceRefund (key: string, _perSecond: number, run: number, count: number, at: number, windowMs?: number): Promise<number> {
     this.refunds.push(key)
+    this.sent.push(`refund ${key}`)
+    onRefund?.()
     this.refundedGrants.push([run, count, at])
     this.refundWindows.push(windowMs)
     if (this.refundFails === 'throws') throw new Error('Connection is closed.')
@@ -132,6 +140,7 @@ t.test('a pace of another window calls both scripts with its window in ms; a one
   t.same(client.reserves.map(c => [c.perSecond, c.windowMs]), [[10, 600_000], [5, 1001], [10, undefined]])
   for (const call of client.reserves) call.resolve([1, 7000, 1, 7000])
   for (const reservation of await Promise.all(reserving)) reservation.refund()
+  await sleep(0)
   t.same(client.refundWindows, [600_000, 1001, undefined])
 })
 
@@ -170,8 +179,46 @@ t.test('a unit Redis grants is refunded in Redis, exactly once', async t => {
   t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [true, 1, 0])
   reservation.refund()
   reservation.refund()
+  await sleep(0)
   t.same(client.refunds, ['exchangepace:/token:reporting'])
   t.same(client.refundedGrants, [[7000, 3, 7500]], 'with the grant the reserve script answered: its run, its number in it, its time')
+})
+
+t.test('a refund is sent once the code that asked for it is done, or before the store\'s next command', async t => {
+  const { client, pace } = setup()
+  const granting = ['first', 'second'].map(key => pace.reserve(key))
+  for (const call of client.reserves) call.resolve([1, 7000, 1, 7000])
+  for (const reservation of await Promise.all(granting)) reservation.refund()
+  t.same(client.refunds, [], 'not while that code runs')
+  pace.reserve('third')
+  t.same(client.sent, ['reserve exchangepace:/token:first', 'reserve exchangepace:/token:second', 'refund exchangepace:/token:first', 'refund exchangepace:/token:second', 'reserve exchangepace:/token:third'],
+    'before the next reserve, in the order they were asked for')
+  const reserving = pace.reserve('fourth')
+  client.reserves[3].resolve([1, 7000, 1, 7000])
+  ;(await reserving).refund()
+  await sleep(0)
+  t.same(client.refunds.at(-1), 'exchangepace:/token:fourth', 'with no next command, once that code is done')
+})
+
+t.test('the plugin writes the response before the refund it decided as the answer went', async t => {
+  const client = new ScriptedClient()
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(exchangePace, { store: new RedisStore({ client }) })
+  let written: boolean[] = []
+  app.post('/token', { config: { pace: { limit: 5, window: 3600, key: () => 'reporting', spend: 'rejected' } } }, async (request, reply) => {
+    onRefund = () => { written.push(reply.raw.writableEnded) }
+    return { access_token: 'x' }
+  })
+  t.teardown(() => { onRefund = null })
+  await app.ready()
+  const answering = app.inject({ method: 'POST', url: '/token' })
+  await sleep(0)
+  client.reserves[0].resolve([4, 7000, 1, 7000])
+  t.equal((await answering).statusCode, 200)
+  await sleep(0)
+  t.same(written, [true], 'the failure budget\'s unit went back to Redis once the response was written')
+  written = []
 })
 
 t.test('a reply the store does not read (another version\'s script under the command\'s name) is an outage, not a stuck request', async t => {
@@ -198,6 +245,7 @@ t.test('a refusal carries Redis\' exact wait and refunds nothing', async t => {
   const reservation = await reserving
   t.same([reservation.granted, reservation.remaining, reservation.retryAfterMs], [false, 0, 312.5])
   reservation.refund()
+  await sleep(0)
   t.same(client.refunds, [])
 })
 
@@ -217,6 +265,7 @@ t.test('a failing Redis falls back to the replica\'s pace, warns once per outage
   t.equal(local.size, 1)
   during.refund()
   fallback.refund()
+  await sleep(0)
   t.equal(local.size, 0, 'a fallback unit is refunded in memory')
   t.same(client.refunds, [], 'and never touches Redis')
 
@@ -358,6 +407,7 @@ t.test('with the fallback, a request is granted when this replica\'s memory gran
   t.equal(client.reserves.length, 3, 'and Redis is not asked')
 
   afterRefusal.refund()
+  await sleep(0)
   t.same(client.refundedGrants, [[7000, 2, 7100]], 'a refund gives back in Redis')
   t.ok(local.reserve('reporting').granted, 'and in memory')
 })
@@ -394,6 +444,7 @@ t.test('with whenUnavailable "open" or "closed" nothing is paced in memory', asy
     const reserving = pace.reserve('reporting')
     client.reserves[0].resolve([1, 7000, 1, 7000])
     ;(await reserving).refund()
+    await sleep(0)
     t.equal(local.size, 0, whenUnavailable)
     t.same(client.refundedGrants, [[7000, 1, 7000]])
   }

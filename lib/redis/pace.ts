@@ -4,6 +4,7 @@
  * unavailable is outages.ts's; what the scripts do is scripts.ts's.
  */
 import { Waiting, type Deadlines } from './deadlines.js'
+import type { Refunds } from './refunds.js'
 import type { Pace, Reservation } from '../bucket/pace.js'
 import { GRANT_BYTES, REFUSAL_BYTES, type PaceCommands } from './scripts.js'
 import { isResendable, type RedisUnavailable } from './outages.js'
@@ -99,6 +100,8 @@ export interface PaceHost {
   readonly whenUnavailable: RedisUnavailable
   readonly retryMs: number
   readonly _deadlines: Deadlines
+  /** The refunds not yet sent, which every command on a row waits behind. */
+  readonly _refunds: Refunds
   /** The latest outage's number, which a request sent now carries. */
   readonly _outage: number
   _mayTry (redisKey: string): boolean
@@ -133,6 +136,7 @@ export class RedisPace implements SharedPace {
   readonly #log: PaceLog
   readonly #unavailable: PaceReservation
   readonly #deadlines: Deadlines
+  readonly #refunds: Refunds
   /** In the store's set of paces whose memory may hold rows (see `RedisStore._answered`). */
   #tracked = false
   /** Requests this pace decided without Redis's answer (an outage, a timeout, a redirection not followed): granted, and refused. */
@@ -150,6 +154,7 @@ export class RedisPace implements SharedPace {
       ? OPEN
       : Object.freeze({ granted: false, remaining: 0, retryAfterMs: store.retryMs, refund () {} })
     this.#deadlines = store._deadlines
+    this.#refunds = store._refunds
   }
 
   reserve (key: string): Promise<PaceReservation> {
@@ -171,6 +176,7 @@ export class RedisPace implements SharedPace {
   /** Sends the reservation `waiting` waits for to Redis, and starts its deadline. */
   #ask (waiting: ReserveWaiting): void {
     let answering: Promise<Buffer>
+    this.#refunds.flush()
     try {
       answering = this.#windowMs === null
         ? this.#commands.exchangepaceReserveBuffer(waiting.redisKey, this.#limit)
@@ -243,6 +249,7 @@ export class RedisPace implements SharedPace {
     const failed = (err: Error): void => {
       if (this.#deadlines.answer(waiting)) this.#failed(waiting, err)
     }
+    this.#refunds.flush()
     try {
       const answering = this.#windowMs === null
         ? this.#commands.exchangepaceReserveAloneBuffer(waiting.redisKey, this.#limit)
@@ -325,10 +332,17 @@ export class RedisPace implements SharedPace {
   /**
    * @internal Called once per granted reservation by `RedisReservation.refund`, as `Pace._giveBack`
    * is by `Reservation.refund`: gives grant number `count` of the run of `redisKey` that began at
-   * `run`, made at `at`, back to its bucket in Redis. Nobody waits for it; a failure (a rejection,
-   * or a client that throws, which `reserve` survives too) only leaves it spent.
+   * `run`, made at `at`, back to its bucket in Redis, once the code that asked for it is done or
+   * before the store's next command, whichever comes first (refunds.ts says why). Nobody waits for
+   * it; a failure (a rejection, or a client that throws, which `reserve` survives too) only leaves
+   * it spent.
    */
   _giveBack (redisKey: string, run: number, count: number, at: number): void {
+    this.#refunds.add(() => { this.#sendRefund(redisKey, run, count, at) })
+  }
+
+  /** Sends a refund `_giveBack` queued. */
+  #sendRefund (redisKey: string, run: number, count: number, at: number): void {
     try {
       const refunding = this.#windowMs === null
         ? this.#commands.exchangepaceRefund(redisKey, this.#limit, run, count, at)

@@ -5,6 +5,7 @@ import { Deadlines } from './deadlines.js'
 import type { Pace } from '../bucket/pace.js'
 import { Outages, type RedisUnavailable, type SlotMap } from './outages.js'
 import { RedisPace } from './pace.js'
+import { Refunds } from './refunds.js'
 import { defineCommands, redisPaceName, scriptWindow, type PaceCommands, type RedisClientLike } from './scripts.js'
 import type { AuditEntry, PaceBucket, PaceCatalogEntry, PaceStore, SharedPace, StoredBucket, PaceLog } from '../store.js'
 
@@ -59,6 +60,8 @@ export class RedisStore implements PaceStore {
   readonly #client: RedisClientLike
   /** @internal The timeout of every reservation waiting for Redis, with one timer. */
   readonly _deadlines: Deadlines
+  /** @internal The refunds not yet sent, which every command on a row waits behind (refunds.ts). */
+  readonly _refunds = new Refunds()
   /** Which masters are unavailable (one, for a client with one server), and when to try them again. */
   readonly #outages: Outages
   /** The blocks this replica heard of, and how it hears of them. */
@@ -99,6 +102,7 @@ export class RedisStore implements PaceStore {
   }
 
   async inspect (name: string, key: string): Promise<StoredBucket> {
+    this._refunds.flush()
     return storedBucket(await this.#commands.exchangepaceInspectBuffer(this.#key(name, key)))
   }
 
@@ -117,6 +121,7 @@ export class RedisStore implements PaceStore {
       do {
         const [next, keys] = await server.scan(cursor, 'MATCH', match, 'COUNT', 1000)
         cursor = next
+        this._refunds.flush()
         const buckets = await Promise.all(keys.map(redisKey => this.#commands.exchangepaceInspectBuffer(redisKey)))
         keys.forEach((redisKey, i) => { visit(redisKey.slice(base.length), storedBucket(buckets[i])) })
       } while (cursor !== '0')
@@ -146,6 +151,7 @@ export class RedisStore implements PaceStore {
   /** Also lifts the block in this replica's memory, and announces the reset to every replica (see `BlockNews`). */
   async reset (name: string, key: string): Promise<void> {
     const member = `${redisPaceName(name)}:${key}`
+    this._refunds.flush()
     await this.#commands.exchangepaceReset(this.prefix + member)
     this.#news.reset(member)
     try {
@@ -159,6 +165,7 @@ export class RedisStore implements PaceStore {
   async block (name: string, key: string, ms: number): Promise<Date> {
     const member = `${redisPaceName(name)}:${key}`
     const whole = Math.ceil(ms)
+    this._refunds.flush()
     const reply = await this.#commands.exchangepaceBlockBuffer(this.prefix + member, whole)
     this.#news.block(member, whole)
     try {
