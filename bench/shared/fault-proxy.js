@@ -1,5 +1,5 @@
 // A fault-injecting TCP proxy, in the manner of Toxiproxy, for the tests and the benchmark: the
-// random fault schedules between app replicas and Redis (test/redis-faults.test.ts, the bench's
+// random fault schedules between app replicas and Redis (test/redis/faults.test.ts, the bench's
 // faults part) and the latency part's delayed round trips start it through here. Plain JavaScript,
 // as tap runs tests without type-checking them; the types are in JSDoc.
 //

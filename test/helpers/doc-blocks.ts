@@ -3,7 +3,7 @@ import { dirname, join, relative } from 'node:path'
 import ts from 'typescript'
 
 /**
- * The code blocks of the documentation, checked like code (test/docs.test.ts).
+ * The code blocks of the documentation, checked like code (test/docs/docs.test.ts).
  *
  * A fence's info string says what a block is:
  * - `ts` or `js`: a complete example, type-checked under strict TypeScript against the built

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import type { TapTest } from '../shared-behaviour.js'
+import type { TapTest } from './shared-behaviour.js'
 
 /** An example started as its own process, listening. */
 export interface ExampleProcess {

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { PaceRouteOptions } from '../../lib/index.js'
 import { PACES } from '../../examples/endpoint-paces.js'
-import { build, type TapTest } from '../shared-behaviour.js'
+import { build, type TapTest } from './shared-behaviour.js'
 import { secretPost } from './token-endpoint.js'
 
 /** The README's recommended token paces, with the per-source failure budget. */

@@ -7,7 +7,7 @@
 /**
  * The most units of `times` (ascending, ms) beyond what a bucket of `rate` per second allows: in
  * every window from one grant to a later one, the grants in it less rate x (1 + its length in s).
- * At most 0 when the bucket held, whatever the window (test/redis-fallback.test.ts's measure).
+ * At most 0 when the bucket held, whatever the window (test/redis/fallback.test.ts's measure).
  */
 export function excess (times, rate) {
   let worst = -Infinity

@@ -1,6 +1,6 @@
 // Faults at random between app replicas and Redis (issue 37, item 6): a seeded schedule of the
 // fault proxy's kinds (bench/shared/fault-proxy.js), run under traffic through two app replicas, and the
-// invariants checked after it. test/redis-faults.test.ts runs a few seeds; the bench's faults part
+// invariants checked after it. test/redis/faults.test.ts runs a few seeds; the bench's faults part
 // (bench/parts/faults/faults.js) runs many and reports the worst. Plain JavaScript, as tap runs tests without
 // type-checking them; the plugin and the store are passed in, so that the tests run lib/ and the
 // bench the built package.

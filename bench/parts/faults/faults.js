@@ -5,7 +5,7 @@
 // the bound docs/stores.md gives for the time it was degraded, every degradation over within
 // `retryMs` + 1 s of its fault's end, every block held, every "shared again" line true. The store
 // runs with its defaults (`timeoutMs`, and `retryMs` 1000; 300 in the smoke, to be quick);
-// test/redis-faults.test.ts runs a few seeds with `retryMs` 500. Reported: the seeds whose
+// test/redis/faults.test.ts runs a few seeds with `retryMs` 500. Reported: the seeds whose
 // invariants broke (with what broke: replay one with FAULT_SEEDS=<seed> on the test), and the worst
 // of every seed: the latest end of a degradation after its fault's end, and the highest admissions
 // against the bound.
