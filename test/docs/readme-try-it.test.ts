@@ -35,6 +35,9 @@ function shown (stdout: string): string {
   return stdout.replace(/\r/g, '').split('\n').filter(line => !/^(date|connection|keep-alive):/i.test(line)).join('\n').trim()
 }
 
+/** A module that stops performance.now at one moment, loaded before the README's server. */
+const STOPPED_CLOCK = 'data:text/javascript,performance.now = () => 1e6'
+
 const hasCurl = spawnSync('curl', ['--version']).status === 0
 if (!hasCurl && process.env.CI === undefined) t.skip('the README\'s session needs curl, which this machine lacks')
 else {
@@ -45,9 +48,14 @@ else {
     compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 }
   }).outputText + `\nprocess.on('message', async () => { await ${reset}; process.send('reset') })\nprocess.send('listening')\n`
 
-  /** The README's server, in a process of its own, once it listens. */
+  /**
+   * The README's server, in a process of its own, once it listens. Its clock (performance.now, the
+   * plugin's default) stands still, so that the waits print as the README shows them however long
+   * the session takes on a busy machine: a second between the fifth failure and the last command
+   * would print 719.
+   */
   async function start (tt: typeof t): Promise<ChildProcess> {
-    const child = spawn(process.execPath, ['--input-type=module', '-e', source], { cwd: repo, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+    const child = spawn(process.execPath, ['--import', STOPPED_CLOCK, '--input-type=module', '-e', source], { cwd: repo, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
     tt.teardown(() => stop(child))
     const [message] = await once(child, 'message')
     tt.equal(message, 'listening', 'the server listens')
