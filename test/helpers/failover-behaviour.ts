@@ -15,7 +15,7 @@ import { failoverFigures } from '../../bench/parts/failover/failover-figures.js'
  * with auto-pipelining: a MOVED or an ASK handed back ends with the reservation answered by the
  * node it names, within `timeoutMs`, and (on a MOVED) the client's slot map corrected; then issue
  * 37's runs, where the shared pace must hold again after a CLUSTER FAILOVER, a rebalance onto a new
- * master and a SIGKILL. Runners: test/redis/failover-cluster.test.ts. Not a test file itself.
+ * master and a SIGKILL. Runners: test/redis/switches/failover-cluster.test.ts. Not a test file itself.
  */
 
 /** An ioredis major: its label and its `Cluster` constructor. */

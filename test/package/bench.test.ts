@@ -272,7 +272,7 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
   t.test('failover: a restart of Redis under two replicas\' traffic, nothing failed, no key left without expiry', async t => {
     const failover = read(out, 'failover')
     if (!ran(t, 'the failover part', failover.skipped)) return
-    t.same(failover.runs.map((r: Json) => r.how), ['restart'], 'the shortest form: the restart only (test/redis/failover.test.ts runs the cluster\'s)')
+    t.same(failover.runs.map((r: Json) => r.how), ['restart'], 'the shortest form: the restart only (test/redis/switches/failover.test.ts runs the cluster\'s)')
     for (const r of failover.runs) {
       t.equal(r.failed, 0, `${r.how}: no request failed`)
       t.ok(r.statuses.client['200'] > 0 && r.statuses.guesser['401'] > 0, `${r.how}: clients admitted, guesses checked`)

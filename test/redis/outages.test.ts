@@ -12,7 +12,7 @@ import { keySlot } from '../../lib/redis/key-slot.js'
 // its slots to the `whenUnavailable` path, the other masters' keys stay shared, and the outage ends
 // when the master answers a retry or when the cluster moves its slots to another master (a replica
 // promoted in its place). The client here is scripted: it has a Cluster's slot map (`isCluster`,
-// `slots`) and answers each call as the test says. test/redis/failover.test.ts does it on a real
+// `slots`) and answers each call as the test says. test/redis/switches/failover.test.ts does it on a real
 // cluster.
 
 // ioredis routes by cluster-key-slot's number (a dependency of ioredis, without types of its own),

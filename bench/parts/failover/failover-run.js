@@ -7,7 +7,7 @@
 // lines, the units each replica's memory kept, when the replica was promoted, and the keys left in
 // Redis with their expiries.
 //
-// Used by bench/parts/failover/failover.js (part 9) and test/redis/failover.test.ts, which passes lib/'s plugin
+// Used by bench/parts/failover/failover.js (part 9) and test/redis/switches/failover.test.ts, which passes lib/'s plugin
 // (`lib`) so that the test runs the source. Plain JavaScript, as tap runs tests without
 // type-checking them.
 

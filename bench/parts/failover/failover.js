@@ -35,7 +35,7 @@ const traffic = { rate: 10, clients: 24, sendPerSecond: 20, strangersPerSecond: 
 const settings = byMode(options, {
   full: { nodeTimeoutMs: 2000, coverages: [false, true], kinds: ['failover', 'kill'], sentinel: ['failover', 'kill'], traffic: { ...traffic, beforeMs: 5000, afterMs: 10_000 } },
   quick: { nodeTimeoutMs: 1000, coverages: [false, true], kinds: ['failover', 'kill'], sentinel: ['failover', 'kill'], traffic: { ...traffic, beforeMs: 2000, afterMs: 3000 } },
-  // The restart alone (test/redis/failover.test.ts runs the cluster's scenarios), long enough
+  // The restart alone (test/redis/switches/failover.test.ts runs the cluster's scenarios), long enough
   // after it for a retry (retryMs) to end an outage.
   smoke: { nodeTimeoutMs: 1000, coverages: [], kinds: [], sentinel: [], traffic: { ...traffic, clients: 6, beforeMs: 600, afterMs: 1500 } }
 })

@@ -1,16 +1,16 @@
 import t from 'tap'
-import { exchangePace, RedisStore } from '../../lib/index.js'
-import { installedOrSkip } from '../helpers/cluster.js'
-import type { TapTest } from '../helpers/shared-behaviour.js'
+import { exchangePace, RedisStore } from '../../../lib/index.js'
+import { installedOrSkip } from '../../helpers/cluster.js'
+import type { TapTest } from '../../helpers/shared-behaviour.js'
 // The bench's own (plain JavaScript): part 9 runs the same scenarios, longer.
-import { GUESS_LIMIT, runRestart, runSentinel } from '../../bench/parts/failover/failover-run.js'
-import { startSentinels } from '../../bench/shared/redis-servers.js'
-import { failoverFigures } from '../../bench/parts/failover/failover-figures.js'
+import { GUESS_LIMIT, runRestart, runSentinel } from '../../../bench/parts/failover/failover-run.js'
+import { startSentinels } from '../../../bench/shared/redis-servers.js'
+import { failoverFigures } from '../../../bench/parts/failover/failover-figures.js'
 
 // Failover under load: two app replicas on a RedisStore, clients at three times their rate,
 // strangers and a guesser, while a single Redis restarts empty, and while a master watched by
 // three sentinels is killed. Short forms of bench/parts/failover/failover.js (part 9, docs/benchmarks.md has the
-// long ones); a Cluster's failovers and rebalance are test/redis/failover-cluster.test.ts's, on
+// long ones); a Cluster's failovers and rebalance are test/redis/switches/failover-cluster.test.ts's, on
 // both ioredis majors.
 
 const RATE = 5

@@ -1,9 +1,9 @@
 import t from 'tap'
 import { Cluster } from 'ioredis'
 import { Cluster as Cluster6 } from 'ioredis6'
-import { failoverScenarios, redirectionChecks, type Major, type ReplicatedCluster } from '../helpers/failover-behaviour.js'
-import { installedOrSkip } from '../helpers/cluster.js'
-import { startReplicatedCluster } from '../../bench/shared/redis-servers.js'
+import { failoverScenarios, redirectionChecks, type Major, type ReplicatedCluster } from '../../helpers/failover-behaviour.js'
+import { installedOrSkip } from '../../helpers/cluster.js'
+import { startReplicatedCluster } from '../../../bench/shared/redis-servers.js'
 
 // A Redis Cluster's redirections and switches under each ioredis major the peer range names (5,
 // this package's ioredis, and 6 as the devDependency ioredis6), on one cluster of three masters
