@@ -14,6 +14,9 @@ import { redisOrSkip, uniquePrefix } from '../helpers/redis.js'
 
 const direct = await redisOrSkip()
 
+/** The client options tested: ioredis's defaults, and the auto-pipelining the docs recommend. */
+const CLIENT_SHAPES = [['ioredis defaults', {}], ['enableAutoPipelining', { enableAutoPipelining: true }]] as const
+
 /** Keys of `prefix` whose name holds `part`, read on a connection of the test's own. */
 async function keysWith (client: Redis, prefix: string, part: string): Promise<string[]> {
   return (await client.keys(`${prefix}*`)).filter(key => key.includes(part))
@@ -29,7 +32,7 @@ async function eventually (check: () => Promise<boolean>, ms: number): Promise<b
   }
 }
 
-for (const [shape, options] of [['ioredis defaults', {}], ['enableAutoPipelining', { enableAutoPipelining: true }]] as const) {
+for (const [shape, options] of CLIENT_SHAPES) {
   t.test(`a refund out holds no reservation (${shape})`, { skip: direct === null ? 'no Redis' : false }, async t => {
     const redis = direct as Redis
     const proxy = await startFaultProxy({ target: { port: Number(new URL(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').port || 6379) } })
@@ -54,7 +57,7 @@ for (const [shape, options] of [['ioredis defaults', {}], ['enableAutoPipelining
   })
 }
 
-for (const [shape, options] of [['ioredis defaults', {}], ['enableAutoPipelining', { enableAutoPipelining: true }]] as const) {
+for (const [shape, options] of CLIENT_SHAPES) {
   t.test(`an inspection asked right after a refund sees it (${shape})`, { skip: direct === null ? 'no Redis' : false }, async t => {
     const client = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', options)
     t.teardown(() => client.disconnect())
