@@ -32,6 +32,10 @@
 //                  the README's recommended token route on the RedisStore: a failure budget per
 //                  (client id, source), an exchange pace per client id, a ceiling per source, each
 //                  at a rate nobody reaches (bench/parts/latency/latency.js)
+//   ratelimit-redis-three
+//                  @fastify/rate-limit's Redis store (its script, its calls) asked for the same
+//                  three keys at once in one preHandler hook, no headers: the least a limiter
+//                  keeping three keys in Redis waits for (bench/parts/latency/latency.js)
 //
 // Routes: POST /token at `perSecond` (default: a rate nobody reaches, so no request is refused),
 // and POST /token-tight at `tightPerSecond` (default 1/s), for the 429 path.
@@ -39,10 +43,11 @@
 import Fastify from 'fastify'
 import formbody from '@fastify/formbody'
 import rateLimit from '@fastify/rate-limit'
+import RateLimitRedisStore from '@fastify/rate-limit/store/RedisStore.js'
 import Redis from 'ioredis'
 import exchangePace, { RedisStore } from 'exchangepace'
 
-export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'floor-429', 'headers', 'exchangepace', 'exchangepace-hook', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis', 'exchangepace-redis-three', 'unpaced', 'unpaced-read']
+export const KINDS = ['bare', 'onresponse', 'empty', 'floor', 'floor-429', 'headers', 'exchangepace', 'exchangepace-hook', 'ratelimit', 'exchangepace-redis', 'ratelimit-redis', 'exchangepace-redis-three', 'ratelimit-redis-three', 'unpaced', 'unpaced-read']
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 /** The RedisStore's `timeoutMs` (REDIS_TIMEOUT_MS), or its default: the latency part sets one no answer reaches. */
 const REDIS_TIMEOUT_MS = process.env.REDIS_TIMEOUT_MS === undefined ? undefined : Number(process.env.REDIS_TIMEOUT_MS)
@@ -119,6 +124,22 @@ function tokenReadingPace (request, reply) {
   token(request, reply)
 }
 
+/**
+ * A preHandler asking @fastify/rate-limit's Redis `store` for the keys of the README's three paces
+ * (the pair, the client id, the source) at once, each limited to `max` a second, and answering 429
+ * when one is over. The work of the three calls alone: no headers, no refund.
+ */
+function threeLimitsHook (store, max) {
+  const count = key => new Promise((resolve, reject) => {
+    store.incr(key, (err, result) => { if (err) reject(err); else resolve(result.current) }, 1000, max)
+  })
+  return async (request, reply) => {
+    const client = request.body?.client_id ?? ''
+    const counts = await Promise.all([count(`${client}|${request.ip}`), count(client), count(request.ip)])
+    if (counts.some(current => current > max)) return reply.code(429).send({ error: 'too_many_requests' })
+  }
+}
+
 /** The Redis server's version, or why it cannot be reached. */
 export async function probeRedis () {
   const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
@@ -167,6 +188,7 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
   if (kind === 'ratelimit') await app.register(rateLimit, rateLimitStore === undefined ? { global: false } : { global: false, store: rateLimitStore })
   if (kind.startsWith('exchangepace-redis')) await app.register(exchangePace, { store: new RedisStore({ client: redisClient(app), prefix: 'bench:exchangepace:', timeoutMs: REDIS_TIMEOUT_MS }) })
   if (kind === 'ratelimit-redis') await app.register(rateLimit, { global: false, redis: redisClient(app), nameSpace: 'bench:ratelimit:' })
+  const threeLimits = kind === 'ratelimit-redis-three' ? new RateLimitRedisStore(false, false, redisClient(app), 'bench:ratelimit-three:') : null
 
   const route = (url, rate) => {
     const options = { config: {} }
@@ -186,6 +208,8 @@ export async function buildTokenApp (kind, { perSecond = NEVER, tightPerSecond =
         { perSecond: rate, key: 'client', spend: 'accepted' },
         { perSecond: rate, key: 'source', spend: 'every' }
       ]
+    } else if (threeLimits !== null) {
+      options.preHandler = threeLimitsHook(threeLimits, rate)
     } else if (kind.startsWith('exchangepace')) {
       options.config.pace = { perSecond: rate, key: 'client', spend: 'accepted' }
     } else if (kind.startsWith('ratelimit')) {

@@ -366,17 +366,18 @@ t.test('npm run bench -- --smoke runs every part and writes its results and repo
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 11. Capacity')
   })
 
-  t.test('latency: the four servers timed at each round trip through the delaying proxy, every request granted', async t => {
+  t.test('latency: the five servers timed at each round trip through the delaying proxy, every request granted', async t => {
     const latency = read(out, 'latency')
     if (!ran(t, 'the latency part', latency.skipped)) return
     t.same(latency.roundTrips.map((r: Json) => r.roundTripMs), [1], 'the smoke\'s one round trip')
     for (const roundTrip of latency.roundTrips) {
-      t.same(roundTrip.configs.map((c: Json) => c.kind), ['bare', 'ratelimit-redis', 'exchangepace-redis', 'exchangepace-redis-three'])
+      t.same(roundTrip.configs.map((c: Json) => c.kind), ['bare', 'ratelimit-redis', 'exchangepace-redis', 'exchangepace-redis-three', 'ratelimit-redis-three'])
       for (const c of roundTrip.configs) {
         t.ok(c.medianMs.median > 0 && c.p99Ms.median >= c.medianMs.median, `${c.name}: a median and a p99`)
         if (c.kind === 'bare') t.equal(c.toRateLimit, null)
         else t.ok(Number.isFinite(c.toRateLimit.median) && Number.isFinite(c.toRateLimitP99.median), `${c.name}: against @fastify/rate-limit's`)
       }
+      t.ok(Number.isFinite(roundTrip.toFloor.median), 'the three paces against the floor of three keys')
       t.type(roundTrip.met, 'boolean')
     }
     t.match(readFileSync(join(out, 'benchmarks.md'), 'utf8'), '## 14. Latency on a shared store')
