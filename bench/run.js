@@ -10,7 +10,7 @@
 //                                         rebuilt from the latest JSON of every part
 //   npm run bench -- --quick              every part, shortened, for a quick look (about 9 minutes,
 //                                         4 of them the soak's)
-//   npm run bench -- --smoke              the shortest form of every part (what test/package/bench.test.ts runs)
+//   npm run bench -- --smoke              the shortest form of every part (what test/bench/bench.test.ts runs)
 //   npm run bench -- --out DIR            raw JSON and the report go to DIR instead
 //   npm run bench -- --docs DIR           the report goes to DIR
 //

@@ -1,5 +1,5 @@
 // tap's coverage map: which files each test file is held to covering. The benchmark's smoke test
-// (test/package/bench.test.ts) runs bench/ only to keep it from rotting; bench/ is a tool, not the
+// (test/bench/bench.test.ts) runs bench/ only to keep it from rotting; bench/ is a tool, not the
 // package, so that test adds no coverage. Every other test counts toward the package: lib/ and
 // examples/ (named here, so that a test importing a bench helper, as test/redis/plugin.test.ts
 // does, does not bring bench/ into the check), but the demo's script (examples/demo*.js), which

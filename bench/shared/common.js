@@ -16,7 +16,7 @@ export const PARTS = ['bucket', 'memory', 'http', 'fidelity', 'flood', 'redis', 
 
 /**
  * `--quick` shortens every part for a quick look; `--smoke` is the shortest form that still runs
- * every code path (what test/package/bench.test.ts runs). `--out DIR` is where the raw JSON goes.
+ * every code path (what test/bench/bench.test.ts runs). `--out DIR` is where the raw JSON goes.
  */
 export function parseOptions (argv = process.argv.slice(2)) {
   const options = { parts: [], mode: 'full', out: join(BENCH_DIR, 'results'), docs: null }
